@@ -1,0 +1,223 @@
+/*
+** el_shim.h -- the whole public contract of libel_shim.
+**
+** libel_shim runs local GGUF models through a pinned llama.cpp and speaks JSON
+** at its boundary: OpenAI-style "messages" and "tools" go in, an assistant
+** message with content, reasoning, tool calls, a finish reason and timings
+** comes out. No llama.cpp type crosses this boundary, so any language that can
+** call C functions and pass strings can use it (Python, Ruby and C are tested).
+**
+** STRINGS. Every string passed in is NUL-terminated UTF-8 and is only read
+** during the call; the caller keeps ownership. Every string returned by
+** el_generate, el_generate_stream and el_stats is allocated by the library
+** and must be released with el_free(); it is never NULL. Strings returned by
+** el_version and el_last_error are owned by the library (see each function).
+**
+** ERRORS. A call that fails returns a JSON object {"error": "<message>"} (or,
+** for el_open, NULL plus el_last_error()). Malformed JSON, wrong types, unknown
+** roles, prompts longer than the context, bad sampling values, NULL or closed
+** handles: all are reported this way. No C++ exception and no abort escapes
+** the library for any input, and after an error the next call on the same
+** handle behaves exactly as if the failed call had never been made.
+**
+** THREADS. Handles are independent: different handles may be used from
+** different threads at the same time, and their generations run in parallel.
+** Calls on ONE handle are serialized by a mutex inside the handle: a second
+** thread calling el_generate on a busy handle waits for the first call to
+** finish. el_cancel never waits. el_close may be called from any thread, also
+** while another thread generates on the handle: it cancels that call, waits
+** for it to return (its result has finish_reason "cancelled"), then frees the
+** handle. Any later use of a closed handle, el_close included, returns the
+** error "invalid or closed handle"; it is never undefined behaviour, because
+** handles are opaque tokens that the library looks up, never dereferences.
+**
+** CACHE. Each handle keeps the tokens of its last prompts resident in the
+** model's KV cache, and each generate evaluates only the part of the new prompt
+** that the cache does not already hold (result field "n_reused"). Reuse is
+** exact on dense, sliding-window, recurrent and hybrid models: where the cache
+** cannot be trimmed to the shared prefix, a saved checkpoint is restored or the
+** prompt is evaluated afresh. It never changes what the model computes.
+**
+** VERSIONING. EL_ABI_VERSION (also el_version() and "abi_version" in every
+** result) is MAJOR.MINOR. MINOR grows when functions, config keys, options or
+** result fields are added; existing ones keep their meaning. MAJOR grows when
+** anything is removed or changes meaning, and then the soname changes too.
+*/
+#ifndef EL_SHIM_H
+#define EL_SHIM_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EL_ABI_VERSION_MAJOR 1
+#define EL_ABI_VERSION_MINOR 0
+#define EL_ABI_VERSION "1.0"
+
+#if defined(_WIN32)
+#define EL_API __declspec(dllexport)
+#else
+#define EL_API __attribute__((visibility("default")))
+#endif
+
+/* An open model: opaque; never dereference it. */
+typedef struct el_handle el_handle;
+
+/*
+** el_version: the ABI version string, e.g. "1.0", followed by the llama.cpp
+** commit it was built from: "1.0 (llama.cpp 0c1e570)". Static storage; never
+** free it. Thread-safe.
+*/
+EL_API const char *el_version(void);
+
+/*
+** el_open: load a model, its chat templates and a context, and keep them
+** resident until el_close.
+**
+** config_json is an object. Keys (all optional but "model"):
+**   model          path to a .gguf file                               (string)
+**   n_ctx          context length in tokens; 0 = the model's own   (4096)
+**   n_batch        prompt tokens evaluated per llama_decode           (512)
+**   n_threads      CPU threads; default: physical cores for math
+**   n_gpu_layers   layers offloaded to a GPU backend, if built with one  (0)
+**   seed           default sampling seed                     (random)
+**   temperature, top_p, top_k, min_p
+**                  default sampling; temperature <= 0 means greedy
+**                  (0.8, 0.95, 40, 0.05, as llama.cpp)
+**   max_tokens     default generation limit                          (512)
+**   swa_full       sliding-window models keep a full-size cache     (false)
+**   n_checkpoints  saved cache states per conversation, used to reuse the
+**                  prompt prefix where the cache cannot be trimmed      (8)
+**   chat_template  a Jinja template overriding the model's own
+**   tool_call_recovery  turn a tool call written as bare or fenced JSON in
+**                  the content into tool_calls (see el_generate)     (true)
+**   log            let llama.cpp print its log to stderr            (false)
+**
+** Returns a handle, or NULL on failure; then el_last_error() says why (file
+** missing, not a GGUF file, bad JSON, unknown key, out of memory, ...).
+** Thread-safe.
+*/
+EL_API el_handle *el_open(const char *config_json);
+
+/*
+** el_last_error: the message of the last failed el_open on the calling
+** thread, as a JSON object {"error": "..."}; "{}" if none failed. The string
+** is owned by the library and valid until the next el_open on this thread.
+*/
+EL_API const char *el_last_error(void);
+
+/*
+** el_generate: one assistant turn.
+**
+**   messages_json  array of OpenAI chat messages: {"role": "system" | "user" |
+**                  "assistant" | "tool", "content": string or [{"type":
+**                  "text", "text": ...}], "tool_calls": [...] (assistant),
+**                  "tool_call_id": ... (tool)}
+**   tools_json     NULL, or an array of OpenAI tools {"type": "function",
+**                  "function": {"name", "description", "parameters"}}
+**   options_json   NULL, or an object; every key optional:
+**     max_tokens, temperature, top_p, top_k, min_p, seed
+**                          override the handle's defaults for this call
+**     stop                 string or array of strings ending the generation
+**     tool_choice          "auto" | "none" | "required" |
+**                          {"type": "function", "function": {"name": N}}
+**     parallel_tool_calls  allow several calls in one turn        (true)
+**     response_format      {"type": "text" | "json_object"} or
+**                          {"type": "json_schema", "json_schema": {"schema"}}
+**     logprobs, top_logprobs
+**                          return per-token log probabilities (up to 20
+**                          alternatives each)
+**     logit_bias           {"<token id>": bias, ...}
+**     tool_call_recovery   override the handle's setting
+**     timeout_ms           wall-clock limit for this call; on expiry the call
+**                          returns with finish_reason "cancelled"
+**
+**   "required", a named function and "json_schema" are enforced with a
+**   grammar: the output is valid by construction. With tool_choice "required"
+**   or a named function, the model writes the call as JSON
+**   {"name": ..., "arguments": {...}} (an array of them if parallel calls are
+**   allowed), which is returned as tool_calls.
+**
+** Returns (owned by the caller, release with el_free) a JSON object:
+**   message            {"role": "assistant", "content", "tool_calls"?,
+**                      "reasoning_content"?}, ready to append to messages
+**   content            string, or null when the turn is only tool calls
+**   reasoning_content  string or null
+**   tool_calls         array of {"id", "type": "function", "function":
+**                      {"name", "arguments": <JSON text>}}
+**   finish_reason      "stop" | "length" | "tool_calls" | "cancelled"
+**   truncated          true when the context filled up before the end
+**   usage              {"prompt_tokens", "completion_tokens", "total_tokens"}
+**   n_prompt, n_reused, n_decoded
+**                      prompt tokens; of those, taken from the cache; tokens
+**                      generated
+**   ms_reset, ms_prefill, ms_decode
+**                      time to match and trim or restore the cache; to
+**                      evaluate the new prompt tokens; to generate
+**   logprobs           {"content": [{"token", "logprob", "bytes",
+**                      "top_logprobs": [...]}]} when asked for
+**   abi_version        EL_ABI_VERSION
+** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
+*/
+EL_API char *el_generate(el_handle *handle, const char *messages_json,
+                         const char *tools_json, const char *options_json);
+
+/*
+** el_stream_cb: receives one delta while el_generate_stream decodes.
+** delta_json is an object with any of "content", "reasoning_content" (text
+** to append) and "tool_calls" ([{"index", "id"?, "type"?, "function":
+** {"name"?, "arguments"?}}], OpenAI's streaming shape: the id and name come
+** with the first delta of a call, the arguments text is appended across
+** deltas). It is valid only during the callback. Return 0 to go on, non-zero
+** to stop: the call then returns finish_reason "cancelled" with the text so
+** far, and the cache stays consistent. The callback runs on the calling
+** thread and must not call into the same handle.
+*/
+typedef int (*el_stream_cb)(const char *delta_json, void *user_data);
+
+/*
+** el_generate_stream: el_generate that reports deltas as they are decoded.
+** The concatenated deltas equal the final result's content, reasoning and
+** tool calls; the return value is the same final result as el_generate's.
+*/
+EL_API char *el_generate_stream(el_handle *handle, const char *messages_json,
+                                const char *tools_json, const char *options_json,
+                                el_stream_cb callback, void *user_data);
+
+/*
+** el_cancel: ask the call in progress on this handle, if any, to stop as
+** soon as possible (within one decode step); it returns finish_reason
+** "cancelled". Does nothing if no call is in progress. Never blocks; may be
+** called from any thread, and from a stream callback of another handle.
+** Returns 0, or -1 for an invalid or closed handle.
+*/
+EL_API int el_cancel(el_handle *handle);
+
+/*
+** el_reset: drop everything cached for this handle (KV cache, checkpoints),
+** so that nothing of one conversation can influence the next. Waits for a
+** call in progress. Returns 0, or -1 for an invalid or closed handle.
+*/
+EL_API int el_reset(el_handle *handle);
+
+/*
+** el_stats: a JSON object describing the handle: model, n_ctx, n_threads,
+** cache (tokens resident, checkpoints held and their bytes). Release with
+** el_free. {"error": ...} for an invalid handle.
+*/
+EL_API char *el_stats(el_handle *handle);
+
+/*
+** el_close: cancel any call in progress, wait for it, free the handle.
+** Returns 0, or -1 if the handle was invalid or already closed (no crash).
+*/
+EL_API int el_close(el_handle *handle);
+
+/* el_free: release a string returned by this library. NULL is ignored. */
+EL_API void el_free(char *str);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EL_SHIM_H */

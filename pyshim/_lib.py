@@ -1,0 +1,103 @@
+"""Loading libel_shim with cffi in ABI mode: the one place that knows C.
+
+The declarations below are the el_* functions of native/el_shim.h and nothing
+else; no llama.cpp type is ever declared. The library is searched, in order:
+
+1. ``$PYSHIM_LIB`` (a path to the .so), when set;
+2. ``pyshim/lib/libel_shim.so`` inside the installed package (wheels ship it there);
+3. ``build/libel_shim.so`` in the source tree this package sits in (``make`` puts it there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import cffi
+
+from .errors import LibraryNotFound, ShimError, error_for
+
+CDEF = """
+typedef struct el_handle el_handle;
+typedef int (*el_stream_cb)(const char *delta_json, void *user_data);
+const char *el_version(void);
+el_handle *el_open(const char *config_json);
+const char *el_last_error(void);
+char *el_generate(el_handle *handle, const char *messages_json, const char *tools_json, const char *options_json);
+char *el_generate_stream(el_handle *handle, const char *messages_json, const char *tools_json,
+                         const char *options_json, el_stream_cb callback, void *user_data);
+int el_cancel(el_handle *handle);
+int el_reset(el_handle *handle);
+char *el_stats(el_handle *handle);
+int el_close(el_handle *handle);
+void el_free(char *str);
+"""
+
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+LIB_NAME = "libel_shim.so"
+
+
+def candidates() -> list[tuple[Path, str]]:
+    """Where the library may be, with the reason each place is tried."""
+    found: list[tuple[Path, str]] = []
+    env = os.environ.get("PYSHIM_LIB")
+    if env:
+        found.append((Path(env), "from $PYSHIM_LIB"))
+    found.append((_PACKAGE_DIR / "lib" / LIB_NAME, "installed with the package"))
+    found.append((_PACKAGE_DIR.parent / "build" / LIB_NAME, "from the build tree"))
+    return found
+
+
+def _load() -> tuple[Any, Path, str]:
+    tried = []
+    for path, why in candidates():
+        if why == "from $PYSHIM_LIB" or path.exists():
+            try:
+                return ffi.dlopen(str(path)), path, why
+            except OSError as e:
+                raise LibraryNotFound(f"could not load {path} ({why}): {e}") from e
+        tried.append(f"{path} ({why}): not there")
+    raise LibraryNotFound(
+        "libel_shim.so not found; build it with `make build` or set PYSHIM_LIB. Tried:\n  " + "\n  ".join(tried)
+    )
+
+
+_lib: Any = None
+lib_path: Path | None = None
+lib_origin: str = ""
+
+
+def lib() -> Any:
+    """The loaded library, opened once per process."""
+    global _lib, lib_path, lib_origin
+    if _lib is None:
+        _lib, lib_path, lib_origin = _load()
+    return _lib
+
+
+def take_json(ptr: Any) -> dict[str, Any]:
+    """Decode a string the library returned, free it, and raise if it is an error."""
+    try:
+        text = ffi.string(ptr).decode("utf-8", errors="replace")
+    finally:
+        lib().el_free(ptr)
+    data = json.loads(text)
+    if isinstance(data, dict) and "error" in data:
+        raise error_for(str(data["error"]))
+    return data
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def version() -> str:
+    return ffi.string(lib().el_version()).decode()
+
+
+__all__ = ["ffi", "lib", "take_json", "encode", "version", "candidates", "ShimError"]

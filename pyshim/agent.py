@@ -1,0 +1,126 @@
+"""The agent loop: generate, run the tools the model asks for, feed results back, repeat."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Model, Result
+from .tools import Tool, as_tool
+
+__all__ = ["Agent", "AgentResult", "Event"]
+
+Event = dict[str, Any]
+
+
+@dataclass
+class AgentResult:
+    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result."""
+
+    content: str | None
+    messages: list[dict[str, Any]]
+    turns: list[Result] = field(default_factory=list)
+    stopped: str = "answer"  # "answer" or "max_steps"
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [c for m in self.messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+
+class Agent:
+    """Runs a model in a tool-calling loop until it answers without calling a tool.
+
+    ``tools`` are Python functions (their schema comes from type hints and the
+    docstring), OpenAI tool dicts (which then need a ``handlers`` entry to run),
+    or ``Tool`` objects. A tool that raises, an unknown tool name or arguments
+    that are not valid JSON are reported back to the model as the tool's result,
+    and the loop goes on. ``on_event`` receives ``{"type": "text", "delta"}``,
+    ``{"type": "tool_call", ...}``, ``{"type": "tool_result", ...}`` and
+    ``{"type": "turn", "result"}`` events as they happen.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool] = (),
+        *,
+        max_steps: int = 8,
+        system: str | None = None,
+        handlers: Mapping[str, Callable[..., Any]] | None = None,
+        on_event: Callable[[Event], object] | None = None,
+        **options: Any,
+    ) -> None:
+        self.model = model
+        self.tools = {t.name: t for t in map(as_tool, tools)}
+        self.handlers = {name: t.fn for name, t in self.tools.items() if t.fn is not None}
+        self.handlers.update(handlers or {})
+        self.max_steps = max_steps
+        self.system = system
+        self.on_event = on_event
+        self.options = options
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
+        if isinstance(prompt, str):
+            messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+            if self.system:
+                messages.insert(0, {"role": "system", "content": self.system})
+        else:
+            messages = [dict(m) for m in prompt]
+        schemas = [t.schema for t in self.tools.values()]
+        turns: list[Result] = []
+        on_delta = None
+        if self.on_event is not None:
+
+            def on_delta(delta: dict[str, Any]) -> None:
+                if delta.get("content"):
+                    self._emit({"type": "text", "delta": delta["content"]})
+
+        for _ in range(self.max_steps):
+            result = self.model.generate(messages, schemas or None, on_delta=on_delta, **self.options)
+            turns.append(result)
+            self._emit({"type": "turn", "result": result})
+            messages.append(result["message"])
+            calls = result.get("tool_calls") or []
+            if not calls:
+                return AgentResult(result.get("content"), messages, turns, "answer")
+            for call in calls:
+                self._emit(
+                    {
+                        "type": "tool_call",
+                        "id": call["id"],
+                        "name": call["function"]["name"],
+                        "arguments": call["function"]["arguments"],
+                    }
+                )
+                output = self._call(call["function"]["name"], call["function"]["arguments"])
+                self._emit(
+                    {"type": "tool_result", "id": call["id"], "name": call["function"]["name"], "content": output}
+                )
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
+                )
+        return AgentResult(None, messages, turns, "max_steps")
+
+    def _call(self, name: str, arguments: str) -> str:
+        handler = self.handlers.get(name)
+        if handler is None:
+            return f"error: unknown tool {name!r}; available tools: {', '.join(sorted(self.handlers)) or 'none'}"
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e:
+            return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
+        if not isinstance(args, dict):
+            return "error: the arguments must be a JSON object"
+        try:
+            output = handler(**args)
+        except TypeError as e:
+            return f"error: bad arguments for {name}: {e}"
+        except Exception as e:  # the model gets to see and fix it
+            return f"error: {type(e).__name__}: {e}"
+        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)

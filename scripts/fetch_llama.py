@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Fill vendor/llama.cpp/ from the pinned registry artifact, verified by sha256.
+
+No machine here can reach a source host, so llama.cpp's source comes from the
+sdist of llama-cpp-python 0.3.36, which vendors llama.cpp at the commit in
+vendor/PIN. The archive is cached under ~/.cache/pyshim/downloads and only the
+directories the library build needs are unpacked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+PACKAGE = "llama-cpp-python==0.3.36"
+ARCHIVE = "llama_cpp_python-0.3.36.tar.gz"
+SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
+# Enough to build ggml, llama and common; the rest (models, tools, docs) is 150 MB we never read.
+KEEP = (
+    "CMakeLists.txt",
+    "cmake/",
+    "ggml/",
+    "src/",
+    "include/",
+    "common/",
+    "vendor/",
+    "LICENSE",
+    "tools/llama-bench/",
+    "tools/server/",
+    "tools/mtmd/",
+    "tools/CMakeLists.txt",
+    "licenses/",
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DEST = ROOT / "vendor" / "llama.cpp"
+STAMP = DEST / ".pyshim-sha256"
+CACHE = Path(os.environ.get("PYSHIM_CACHE", Path.home() / ".cache" / "pyshim")) / "downloads"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch() -> Path:
+    archive = CACHE / ARCHIVE
+    if archive.exists() and sha256(archive) == SHA256:
+        return archive
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # --no-binary for this package alone: its build requirements still come as wheels,
+    # and --no-build-isolation avoids building them at all just to read metadata.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            "llama-cpp-python",
+            "--no-build-isolation",
+            "-d",
+            str(CACHE),
+            PACKAGE,
+        ],
+        check=True,
+    )
+    got = sha256(archive)
+    if got != SHA256:
+        archive.unlink()
+        sys.exit(f"fetch_llama: {ARCHIVE} has sha256 {got}, expected {SHA256}; refusing to build")
+    return archive
+
+
+def unpack(archive: Path) -> None:
+    staging = DEST.with_name("llama.cpp.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        members = []
+        for m in tar.getmembers():
+            if not m.name.startswith(PREFIX):
+                continue
+            rel = m.name[len(PREFIX) :]
+            if rel and rel.startswith(KEEP):
+                m.name = rel
+                members.append(m)
+        tar.extractall(staging, members=members, filter="data")
+    # Keep the committed pin files, replace everything else atomically enough for a rerun.
+    for keep in ("README.md",):
+        if (DEST / keep).exists():
+            shutil.copy2(DEST / keep, staging / keep)
+    shutil.rmtree(DEST, ignore_errors=True)
+    staging.rename(DEST)
+    STAMP.write_text(SHA256 + "\n")
+
+
+def main() -> None:
+    if STAMP.exists() and STAMP.read_text().strip() == SHA256 and (DEST / "include" / "llama.h").exists():
+        return
+    unpack(fetch())
+    print(f"fetch_llama: vendor/llama.cpp filled from {ARCHIVE} (sha256 verified)")
+
+
+if __name__ == "__main__":
+    main()
