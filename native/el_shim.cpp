@@ -123,7 +123,10 @@ int64_t get_int(const json & obj, const char * key, int64_t def, int64_t lo, int
     if (!v->is_number_integer() && !v->is_number_unsigned()) {
         fail(std::string("\"") + key + "\" must be an integer");
     }
-    if (v->is_number_unsigned() ? v->get<uint64_t>() > (uint64_t) hi : (v->get<int64_t>() < lo || v->get<int64_t>() > hi)) {
+    const bool in_range = v->is_number_unsigned()
+                              ? v->get<uint64_t>() <= (uint64_t) hi && (lo <= 0 || v->get<uint64_t>() >= (uint64_t) lo)
+                              : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
+    if (!in_range) {
         fail(std::string("\"") + key + "\" must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     }
     return v->get<int64_t>();
@@ -1022,7 +1025,8 @@ struct el_engine {
             for (unsigned char c : piece) {
                 bytes.push_back((int) c);
             }
-            return json{{"token", piece}, {"logprob", (double) logits[t] - log_z}, {"bytes", bytes}};
+            // "id" is not in OpenAI's shape; it is what logit_bias needs to refer to a token.
+            return json{{"token", piece}, {"logprob", (double) logits[t] - log_z}, {"bytes", bytes}, {"id", t}};
         };
         json e = entry(chosen);
         json top = json::array();

@@ -1,0 +1,140 @@
+"""el_generate on real models: chat, tool calls, grammars, limits, sampling options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import WEATHER_TOOL, user
+
+import pyshim
+
+
+@pytest.mark.parametrize("fixture", ["qwen", "smol", "gemma"])
+def test_plain_chat_on_every_catalogue_model(request: pytest.FixtureRequest, fixture: str) -> None:
+    m: pyshim.Model = request.getfixturevalue(fixture)
+    r = m.generate(user("Say hello in one short sentence."), max_tokens=24)
+    assert isinstance(r["content"], str) and r["content"].strip()
+    assert r["finish_reason"] in ("stop", "length")
+    assert r["tool_calls"] == []
+    assert r["usage"]["prompt_tokens"] == r["n_prompt"] > 5
+    assert r["usage"]["completion_tokens"] == r["n_decoded"] >= 1
+    assert r["message"] == {"role": "assistant", "content": r["content"]}
+    for key in ("ms_reset", "ms_prefill", "ms_decode"):
+        assert r[key] >= 0
+
+
+def test_required_tool_choice_gives_exactly_one_weather_call(qwen: pyshim.Model) -> None:
+    r = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], tool_choice="required")
+    assert r["finish_reason"] == "tool_calls"
+    assert len(r["tool_calls"]) == 1
+    call = r["tool_calls"][0]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["city"] == "Paris"
+    assert r["content"] is None and r["message"]["tool_calls"] == r["tool_calls"]
+
+
+def test_named_tool_choice_forces_that_tool(qwen: pyshim.Model) -> None:
+    other = json.loads(json.dumps(WEATHER_TOOL))
+    other["function"]["name"] = "get_time"
+    r = qwen.generate(
+        user("What is the weather in Paris?"),
+        [WEATHER_TOOL, other],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+    )
+    assert [c["function"]["name"] for c in r["tool_calls"]] == ["get_time"]
+    json.loads(r["tool_calls"][0]["function"]["arguments"])
+
+
+def test_tool_choice_none_never_calls(qwen: pyshim.Model) -> None:
+    r = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], tool_choice="none", max_tokens=40)
+    assert r["tool_calls"] == []
+
+
+def test_json_schema_output_parses_and_validates(qwen: pyshim.Model) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer", "minimum": 0},
+            "languages": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        },
+        "required": ["name", "age", "languages"],
+        "additionalProperties": False,
+    }
+    r = qwen.generate(
+        user("Describe a fictional programmer as JSON."),
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
+        max_tokens=200,
+    )
+    assert r["finish_reason"] == "stop"
+    data = json.loads(r["content"])
+    assert set(data) == {"name", "age", "languages"}
+    assert isinstance(data["name"], str) and isinstance(data["age"], int) and data["age"] >= 0
+    assert isinstance(data["languages"], list) and len(data["languages"]) <= 3
+    assert all(isinstance(x, str) for x in data["languages"])
+
+
+def test_json_object_output_is_an_object(smol: pyshim.Model) -> None:
+    r = smol.generate(user("Give me a JSON object about cats."), response_format={"type": "json_object"}, max_tokens=120)
+    if r["finish_reason"] == "stop":
+        assert isinstance(json.loads(r["content"]), dict)
+    else:
+        assert r["content"].lstrip().startswith("{")
+
+
+def test_max_tokens_gives_length(smol: pyshim.Model) -> None:
+    r = smol.generate(user("Write a long story about a dragon."), max_tokens=5)
+    assert r["finish_reason"] == "length"
+    assert r["n_decoded"] == 5
+    assert r["truncated"] is False
+
+
+def test_context_overflow_while_generating_is_truncated(qwen_path) -> None:
+    with pyshim.Model(qwen_path, n_ctx=256, temperature=0) as m:
+        n_ctx = m.stats()["n_ctx"]
+        r = m.generate(user("Count from 1 to 300, one number per line."), max_tokens=1000)
+    assert r["finish_reason"] == "length" and r["truncated"] is True
+    assert r["n_prompt"] + r["n_decoded"] <= n_ctx
+
+
+def test_stop_strings_cut_the_output(smol: pyshim.Model) -> None:
+    free = smol.generate(user("List the numbers 1 to 10 separated by commas."), max_tokens=40)
+    assert "5" in free["content"]
+    r = smol.generate(user("List the numbers 1 to 10 separated by commas."), max_tokens=40, stop=["5"])
+    assert r["finish_reason"] == "stop"
+    assert "5" not in r["content"]
+    assert free["content"].startswith(r["content"])
+
+
+def test_logprobs_openai_shape(smol: pyshim.Model) -> None:
+    r = smol.generate(user("Hi"), max_tokens=4, logprobs=True, top_logprobs=5)
+    content = r["logprobs"]["content"]
+    assert len(content) == r["n_decoded"]
+    for entry in content:
+        assert entry["logprob"] <= 0
+        assert bytes(entry["bytes"]).decode("utf-8", "replace") == entry["token"] or entry["bytes"]
+        tops = entry["top_logprobs"]
+        assert len(tops) == 5
+        values = [t["logprob"] for t in tops]
+        assert values == sorted(values, reverse=True)
+        # greedy: the chosen token is the most likely one
+        assert entry["logprob"] == pytest.approx(values[0])
+    assert "logprobs" not in smol.generate(user("Hi"), max_tokens=2)
+
+
+def test_logit_bias_bans_a_token(smol: pyshim.Model) -> None:
+    r = smol.generate(user("Hi"), max_tokens=1, logprobs=True, top_logprobs=2)
+    first, second = r["logprobs"]["content"][0]["top_logprobs"]
+    banned = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(first["id"]): -100})
+    assert banned["logprobs"]["content"][0]["id"] == second["id"]
+    boosted = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(second["id"]): 100})
+    assert boosted["logprobs"]["content"][0]["id"] == second["id"]
+
+
+def test_seeded_sampling_is_reproducible(smol: pyshim.Model) -> None:
+    opts = {"temperature": 1.0, "seed": 1234, "max_tokens": 16}
+    a = smol.generate(user("Tell me a fun fact."), **opts)
+    b = smol.generate(user("Tell me a fun fact."), **opts)
+    assert a["content"] == b["content"]
