@@ -10,19 +10,25 @@ from __future__ import annotations
 
 from . import models
 from ._lib import version
+from .agent import Agent, AgentResult
 from .errors import ClosedModel, InvalidRequest, LibraryNotFound, ModelLoadError, ShimError
 from .model import Model, Stream, default_model, generate
+from .tools import Tool, function_schema
 
 __all__ = [
+    "Agent",
+    "AgentResult",
+    "ClosedModel",
+    "InvalidRequest",
+    "LibraryNotFound",
     "Model",
+    "ModelLoadError",
+    "ShimError",
     "Stream",
-    "generate",
+    "Tool",
     "default_model",
+    "function_schema",
+    "generate",
     "models",
     "version",
-    "ShimError",
-    "InvalidRequest",
-    "ModelLoadError",
-    "ClosedModel",
-    "LibraryNotFound",
 ]

@@ -100,4 +100,4 @@ def version() -> str:
     return ffi.string(lib().el_version()).decode()
 
 
-__all__ = ["ffi", "lib", "take_json", "encode", "version", "candidates", "ShimError"]
+__all__ = ["ShimError", "candidates", "encode", "ffi", "lib", "take_json", "version"]

@@ -7,7 +7,7 @@ import operator
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["calculator", "convert_units", "read_file", "DEMO_TOOLS"]
+__all__ = ["DEMO_TOOLS", "calculator", "convert_units", "read_file"]
 
 _OPS = {
     ast.Add: operator.add,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,7 +18,7 @@ Message = Mapping[str, Any]
 Delta = dict[str, Any]
 Result = dict[str, Any]
 
-__all__ = ["Model", "Stream", "Result", "Delta", "default_model", "generate"]
+__all__ = ["Delta", "Model", "Result", "Stream", "default_model", "generate"]
 
 
 class Model:
@@ -54,10 +55,8 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     @property
     def handle(self) -> Any:
@@ -172,10 +171,8 @@ class Stream:
         finally:
             self._stop.set()
             while self._thread.is_alive():  # drain so the worker can finish
-                try:
+                with contextlib.suppress(queue.Empty):
                     self._queue.get(timeout=0.1)
-                except queue.Empty:
-                    pass
             self._thread.join()
         if self._error is not None:
             raise self._error

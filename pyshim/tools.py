@@ -67,9 +67,8 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
             params[last] = m.group(2).strip()
         elif section == "args" and last and stripped and line.startswith((" ", "\t")):
             params[last] += " " + stripped
-        elif section == "summary":
-            if stripped or summary:
-                summary.append(stripped)
+        elif section == "summary" and (stripped or summary):
+            summary.append(stripped)
     text = " ".join(s for s in summary if s).strip()
     return text, params
 

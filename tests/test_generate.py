@@ -77,7 +77,9 @@ def test_json_schema_output_parses_and_validates(qwen: pyshim.Model) -> None:
 
 
 def test_json_object_output_is_an_object(smol: pyshim.Model) -> None:
-    r = smol.generate(user("Give me a JSON object about cats."), response_format={"type": "json_object"}, max_tokens=120)
+    r = smol.generate(
+        user("Give me a JSON object about cats."), response_format={"type": "json_object"}, max_tokens=120
+    )
     if r["finish_reason"] == "stop":
         assert isinstance(json.loads(r["content"]), dict)
     else:
