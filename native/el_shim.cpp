@@ -277,6 +277,13 @@ enum class MemoryKind {
     Recurrent,      // recurrent or hybrid: the state cannot be trimmed per token
 };
 
+// Test hooks only: reuse without the checks that make it exact.
+enum class UnsafeReuse {
+    None,
+    TrustSeqRm,  // believe llama_memory_seq_rm's return value, as a naive shim does
+    Corrupt,     // re-evaluate the reused prefix in reverse order, mirror unchanged
+};
+
 class PromptCache {
   public:
     PromptCache(llama_context * ctx, llama_seq_id seq, MemoryKind kind, int32_t n_swa, int32_t max_checkpoints)
@@ -301,7 +308,7 @@ class PromptCache {
     // and return its length. At least one prompt token is always left to
     // evaluate, so that sampling reads logits computed for this prompt and not
     // stale ones from the last call.
-    size_t prepare(const std::vector<llama_token> & prompt) {
+    size_t prepare(const std::vector<llama_token> & prompt, UnsafeReuse unsafe = UnsafeReuse::None) {
         size_t n = 0;
         const size_t limit = std::min(tokens_.size(), prompt.size() - 1);
         while (n < limit && tokens_[n] == prompt[n]) {
@@ -309,6 +316,13 @@ class PromptCache {
         }
         if (n == tokens_.size()) {
             return n;  // the new prompt extends what is cached: nothing to roll back
+        }
+        if (unsafe == UnsafeReuse::TrustSeqRm) {
+            // Test-only: the mistake the checks below exist to prevent, so that the
+            // differential test can show its oracle would catch it.
+            llama_memory_seq_rm(llama_get_memory(ctx_), seq_, (llama_pos) n, -1);
+            keep_prefix(n);
+            return n;
         }
         if (kind_ != MemoryKind::Recurrent && trim_to(n)) {
             return n;
@@ -397,6 +411,11 @@ class PromptCache {
         return 0;
     }
 
+  public:
+    // Test-only: claim that the cache holds `toks` (it holds something else).
+    void relabel(std::vector<llama_token> toks) { tokens_ = std::move(toks); }
+
+  private:
     void keep_prefix(size_t n) {
         tokens_.resize(n);
         while (!checkpoints_.empty() && checkpoints_.back().n_tokens > n) {
@@ -547,6 +566,11 @@ struct Request {
     int32_t                      max_tokens  = 0;
     int32_t                      top_logprobs = -1;  // -1: no logprobs
     double                       timeout_ms   = 0;
+    bool                         cache_prompt = true;
+    size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
+    // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
+    UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
+    bool                         fail_after_prefill = false;
 };
 
 // The grammar that forces a tool call: {"name": N, "arguments": <N's schema>},
@@ -793,7 +817,27 @@ struct el_engine {
         }
         reject_unknown_keys(opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                   "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
-                                  "top_logprobs", "logit_bias", "tool_call_recovery", "timeout_ms"}, "options");
+                                  "top_logprobs", "logit_bias", "tool_call_recovery", "timeout_ms",
+                                  "cache_prompt", "_test"}, "options");
+        r.cache_prompt = get_bool(opt, "cache_prompt", true);
+        int32_t max_top_logprobs = 20;
+        if (const json * t = find(opt, "_test")) {
+#ifdef EL_TEST_HOOKS
+            if (!t->is_object()) {
+                fail("\"_test\" must be an object");
+            }
+            reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill"}, "_test");
+            max_top_logprobs = llama_vocab_n_tokens(vocab);
+            const std::string reuse = get_string(*t, "reuse", "checked");
+            r.unsafe_reuse = reuse == "trust_seq_rm" ? UnsafeReuse::TrustSeqRm
+                           : reuse == "corrupt"      ? UnsafeReuse::Corrupt
+                                                     : UnsafeReuse::None;
+            r.fail_after_prefill = get_bool(*t, "fail_after_prefill", false);
+#else
+            (void) t;
+            fail("\"_test\" hooks are not compiled into this library");
+#endif
+        }
 
         // Sampling
         common_params_sampling & s = r.sampling;
@@ -809,6 +853,9 @@ struct el_engine {
 
         if (get_bool(opt, "logprobs", false)) {
             r.top_logprobs = (int32_t) get_int(opt, "top_logprobs", 0, 0, 20);
+            if (const json * t = find(opt, "_test")) {
+                r.top_logprobs = (int32_t) get_int(*t, "top_logprobs", r.top_logprobs, 0, max_top_logprobs);
+            }
         } else if (find(opt, "top_logprobs") != nullptr) {
             fail("\"top_logprobs\" needs \"logprobs\": true");
         }
@@ -969,19 +1016,46 @@ struct el_engine {
         // Forced calls are written as JSON by construction; recovery is how they are read.
         r.recover = forced || (r.recover && tools_active);
 
-        r.prompt = common_tokenize(vocab, r.chat.prompt, /*add_special=*/true, /*parse_special=*/true);
-        const llama_token bos = llama_vocab_bos(vocab);
-        if (r.prompt.size() >= 2 && r.prompt[0] == bos && r.prompt[1] == bos) {
-            r.prompt.erase(r.prompt.begin());  // the template wrote a BOS and the tokenizer added one
-        }
+        r.prompt = tokenize_prompt(r.chat.prompt);
         if (r.prompt.empty()) {
             fail("the rendered prompt is empty");
+        }
+        if (cache->wants_checkpoints() && in.messages.size() > 1) {
+            r.last_message_start = history_length(in, r.prompt);
         }
         if ((int32_t) r.prompt.size() >= n_ctx) {
             fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
                  std::to_string(n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
         }
         return r;
+    }
+
+    std::vector<llama_token> tokenize_prompt(const std::string & text) const {
+        std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
+        const llama_token bos = llama_vocab_bos(vocab);
+        if (toks.size() >= 2 && toks[0] == bos && toks[1] == bos) {
+            toks.erase(toks.begin());  // the template wrote a BOS and the tokenizer added one
+        }
+        return toks;
+    }
+
+    // How many leading tokens of `prompt` render every message but the last: the
+    // template applied to the history alone, tokenized, matched against the prompt.
+    size_t history_length(common_chat_templates_inputs in, const std::vector<llama_token> & prompt) {
+        in.messages.pop_back();
+        in.add_generation_prompt  = false;
+        in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
+        std::vector<llama_token> history;
+        try {
+            history = tokenize_prompt(common_chat_templates_apply(templates.get(), in).prompt);
+        } catch (const std::exception &) {
+            return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
+        }
+        size_t n = 0;
+        while (n < history.size() && n < prompt.size() && history[n] == prompt[n]) {
+            n++;
+        }
+        return n;
     }
 
     // Evaluate tokens [from, to) of `toks` on top of the cache. Returns llama_decode's
@@ -1178,7 +1252,19 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     // --- reuse the cached prefix, evaluate the rest ------------------------
     CacheGuard guard(*cache);
     auto t0 = clock::now();
-    const size_t n_reused = cache->prepare(req.prompt);
+    if (!req.cache_prompt) {
+        cache->clear();
+    }
+    size_t n_reused = cache->prepare(req.prompt, req.unsafe_reuse);
+    if (req.unsafe_reuse == UnsafeReuse::Corrupt && n_reused > 0) {
+        std::vector<llama_token> wrong(req.prompt.begin(), req.prompt.begin() + n_reused);
+        std::reverse(wrong.begin() + 1, wrong.end());
+        cache->clear();
+        if (evaluate(wrong, 0, wrong.size(), false) != 0) {
+            fail("test hook: could not evaluate the corrupted prefix");
+        }
+        cache->relabel(std::vector<llama_token>(req.prompt.begin(), req.prompt.begin() + n_reused));
+    }
     const double ms_reset = ms_since(t0);
 
     std::string finish_reason;
@@ -1187,17 +1273,30 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     int32_t rc = 0;
     const size_t n_prompt = req.prompt.size();
     if (cache->wants_checkpoints()) {
-        // Stop one token short and save a checkpoint there: the next call can roll
-        // back to it whether it extends this prompt or repeats it exactly.
-        rc = evaluate(req.prompt, n_reused, n_prompt - 1, false);
+        // Where the cache cannot be trimmed, save checkpoints at the two places a
+        // later prompt most often diverges: where the last message starts (the same
+        // history with a different question) and one token short of the end (the
+        // same prompt again, or this prompt plus the reply and more messages).
+        size_t at = n_reused;
+        for (size_t stop : {req.last_message_start, n_prompt - 1}) {
+            if (rc == 0 && stop > at && stop < n_prompt) {
+                rc = evaluate(req.prompt, at, stop, false);
+                at = stop;
+                if (rc == 0) {
+                    cache->save_checkpoint();
+                }
+            }
+        }
         if (rc == 0) {
-            cache->save_checkpoint();
-            rc = evaluate(req.prompt, n_prompt - 1, n_prompt, true);
+            rc = evaluate(req.prompt, at, n_prompt, true);
         }
     } else {
         rc = evaluate(req.prompt, n_reused, n_prompt, true);
     }
     const double ms_prefill = ms_since(t0);
+    if (req.fail_after_prefill) {
+        throw std::runtime_error("test hook: failure after prefill");
+    }
     if (rc != 0) {
         if (rc == 2 || should_stop()) {
             finish_reason = "cancelled";  // the guard clears the half-evaluated cache
