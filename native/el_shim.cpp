@@ -512,20 +512,72 @@ bool as_tool_call(const json & v, const std::set<std::string> & names, common_ch
     return true;
 }
 
+// Split text into consecutive top-level JSON values separated only by whitespace
+// or commas (small models often write several calls one per line, or a list
+// without its brackets, instead of an array).
+bool split_json_values(const std::string & body, std::vector<json> & values) {
+    size_t i = 0;
+    while (i < body.size()) {
+        i = body.find_first_not_of(values.empty() ? " \t\r\n" : " \t\r\n,", i);
+        if (i == std::string::npos) {
+            break;
+        }
+        if (body[i] != '{' && body[i] != '[') {
+            return false;
+        }
+        int depth = 0;
+        bool in_string = false;
+        size_t j = i;
+        for (; j < body.size(); j++) {
+            const char c = body[j];
+            if (in_string) {
+                if (c == '\\') {
+                    j++;
+                } else if (c == '"') {
+                    in_string = false;
+                }
+            } else if (c == '"') {
+                in_string = true;
+            } else if (c == '{' || c == '[') {
+                depth++;
+            } else if ((c == '}' || c == ']') && --depth == 0) {
+                break;
+            }
+        }
+        if (j >= body.size()) {
+            return false;
+        }
+        json v = json::parse(body.substr(i, j + 1 - i), nullptr, false);
+        if (v.is_discarded()) {
+            return false;
+        }
+        values.push_back(std::move(v));
+        i = j + 1;
+    }
+    return !values.empty();
+}
+
 // The content is, or holds as its only substance, one call or a list of calls.
 // Prose that mentions a tool, or code that calls it, never qualifies.
 bool recover_tool_calls(const std::string & content, const std::set<std::string> & names,
                         std::vector<common_chat_tool_call> & out) {
     std::string body = content;
-    if (names.empty() || !unfence(body) || body.empty() || (body[0] != '{' && body[0] != '[')) {
+    std::vector<json> values;
+    if (names.empty() || !unfence(body) || !split_json_values(body, values)) {
         return false;
     }
-    json v = json::parse(body, nullptr, false);
-    if (v.is_discarded()) {
-        return false;
+    json items = json::array();
+    for (json & v : values) {
+        if (v.is_array()) {
+            for (json & x : v) {
+                items.push_back(std::move(x));
+            }
+        } else {
+            items.push_back(std::move(v));
+        }
     }
     std::vector<common_chat_tool_call> calls;
-    for (const json & item : v.is_array() ? v : json::array({v})) {
+    for (const json & item : items) {
         common_chat_tool_call tc;
         if (!as_tool_call(item, names, tc)) {
             return false;
@@ -571,6 +623,8 @@ struct Request {
     // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
     bool                         fail_after_prefill = false;
+    bool                         has_canned_output  = false;  // parse this text instead of sampling
+    std::string                  canned_output;
 };
 
 // The grammar that forces a tool call: {"name": N, "arguments": <N's schema>},
@@ -826,7 +880,11 @@ struct el_engine {
             if (!t->is_object()) {
                 fail("\"_test\" must be an object");
             }
-            reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill"}, "_test");
+            reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output"}, "_test");
+            if (find(*t, "output") != nullptr) {
+                r.canned_output = get_string(*t, "output", "");
+                r.has_canned_output = true;
+            }
             max_top_logprobs = llama_vocab_n_tokens(vocab);
             const std::string reuse = get_string(*t, "reuse", "checked");
             r.unsafe_reuse = reuse == "trust_seq_rm" ? UnsafeReuse::TrustSeqRm
@@ -1314,6 +1372,10 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     const bool stream_parse = callback != nullptr;
     common_chat_msg last_partial;
 
+    if (req.has_canned_output && finish_reason.empty()) {
+        text = req.canned_output;  // test hook: exercise parsing and recovery on exact text
+        finish_reason = "stop";
+    }
     while (finish_reason.empty()) {
         if (should_stop()) {
             finish_reason = "cancelled";

@@ -131,12 +131,25 @@ EL_API const char *el_last_error(void);
 **     tool_call_recovery   override the handle's setting
 **     timeout_ms           wall-clock limit for this call; on expiry the call
 **                          returns with finish_reason "cancelled"
+**     cache_prompt         reuse the cached prompt prefix              (true);
+**                          false evaluates the whole prompt afresh
+**     _test                test-only hooks (unstable; absent from builds
+**                          without EL_TEST_HOOKS)
 **
 **   "required", a named function and "json_schema" are enforced with a
 **   grammar: the output is valid by construction. With tool_choice "required"
 **   or a named function, the model writes the call as JSON
 **   {"name": ..., "arguments": {...}} (an array of them if parallel calls are
 **   allowed), which is returned as tool_calls.
+**
+**   TOOL-CALL RECOVERY. Small models often write a call as JSON in the text
+**   instead of in their template's tool-call syntax. When tools were offered
+**   (tool_choice not "none") and the whole content is one such call, a list
+**   of them, or one per line, bare or in a single ```json fence, naming
+**   offered tools with an arguments object, it is returned as tool_calls with
+**   finish_reason "tool_calls". Text around the JSON, an unknown tool name or
+**   a missing arguments object leave the content as it is. Off with
+**   "tool_call_recovery": false (config or options).
 **
 ** Returns (owned by the caller, release with el_free) a JSON object:
 **   message            {"role": "assistant", "content", "tool_calls"?,
@@ -154,8 +167,9 @@ EL_API const char *el_last_error(void);
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate
-**   logprobs           {"content": [{"token", "logprob", "bytes",
-**                      "top_logprobs": [...]}]} when asked for
+**   logprobs           {"content": [{"token", "logprob", "bytes", "id",
+**                      "top_logprobs": [...]}]} when asked for; "id" (not in
+**                      OpenAI's shape) is the token id that logit_bias takes
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
 */

@@ -14,6 +14,18 @@ __all__ = ["Agent", "AgentResult", "Event"]
 
 Event = dict[str, Any]
 
+NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
+
+
+def _call_key(call: dict[str, Any]) -> tuple[str, str]:
+    """A call's identity: its name and its arguments, whatever their formatting."""
+    fn = call["function"]
+    try:
+        args = json.dumps(json.loads(fn["arguments"]), sort_keys=True)
+    except (json.JSONDecodeError, TypeError):
+        args = str(fn["arguments"])
+    return fn["name"], args
+
 
 @dataclass
 class AgentResult:
@@ -39,6 +51,10 @@ class Agent:
     and the loop goes on. ``on_event`` receives ``{"type": "text", "delta"}``,
     ``{"type": "tool_call", ...}``, ``{"type": "tool_result", ...}`` and
     ``{"type": "turn", "result"}`` events as they happen.
+
+    When the model only repeats calls it already made, or runs on writing calls as
+    text until its token limit (common with small local models), the loop asks it
+    once, as a user message, for the answer with tools switched off (``"nudge"`` event).
     """
 
     def __init__(
@@ -81,15 +97,28 @@ class Agent:
                 if delta.get("content"):
                     self._emit({"type": "text", "delta": delta["content"]})
 
+        done: set[tuple[str, str]] = set()
+        nudged = False
         for _ in range(self.max_steps):
-            result = self.model.generate(messages, schemas or None, on_delta=on_delta, **self.options)
+            options = dict(self.options)
+            if nudged:
+                options["tool_choice"] = "none"
+            result = self.model.generate(messages, schemas or None, on_delta=on_delta, **options)
             turns.append(result)
             self._emit({"type": "turn", "result": result})
-            messages.append(result["message"])
             calls = result.get("tool_calls") or []
+            if not nudged and self._stuck(result, calls, done):
+                # Small models often ask again for results they already have, or run on
+                # writing calls as text. Ask once, plainly, for the answer instead.
+                nudged = True
+                messages.append({"role": "user", "content": NUDGE})
+                self._emit({"type": "nudge", "content": NUDGE})
+                continue
+            messages.append(result["message"])
             if not calls:
                 return AgentResult(result.get("content"), messages, turns, "answer")
             for call in calls:
+                done.add(_call_key(call))
                 self._emit(
                     {
                         "type": "tool_call",
@@ -106,6 +135,13 @@ class Agent:
                     {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
                 )
         return AgentResult(None, messages, turns, "max_steps")
+
+    @staticmethod
+    def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
+        if calls:
+            return all(_call_key(c) in done for c in calls)
+        content = (result.get("content") or "").lstrip()
+        return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
 
     def _call(self, name: str, arguments: str) -> str:
         handler = self.handlers.get(name)

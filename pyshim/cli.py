@@ -12,10 +12,11 @@ from .agent import Agent, Event
 from .demo_tools import DEMO_TOOLS
 from .model import Model
 
-DEMO_TASK = (
-    "A trail is 12.5 km long and I walk it 3 times. Use the calculator to get the total distance in km, "
-    "then use convert_units to convert that total to miles, and tell me both numbers."
+DEMO_SYSTEM = (
+    "Answer the user's questions. To get facts, call tools. Once you have the tool results, "
+    "respond with a short plain-text answer that states the results."
 )
+DEMO_TASK = "Use the tools to compute 12.5 times 3, and to convert 37.5 km to miles, then tell me both results."
 
 
 def _reuse_line(r: dict[str, Any]) -> str:
@@ -83,10 +84,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"→ {e['name']}({e['arguments']})")
         elif e["type"] == "tool_result":
             print(f"← {e['content']}")
+        elif e["type"] == "nudge":
+            print(f"(asking for the answer: {e['content']})")
 
     print(f"model: {args.model}\ntask: {args.task}\n")
     with Model(args.model, n_ctx=args.n_ctx) as m:
-        agent = Agent(m, DEMO_TOOLS, max_steps=args.max_steps, on_event=on_event, temperature=0, max_tokens=256)
+        agent = Agent(
+            m,
+            DEMO_TOOLS,
+            system=DEMO_SYSTEM,
+            max_steps=args.max_steps,
+            on_event=on_event,
+            temperature=0,
+            max_tokens=160,
+        )
         result = agent.run(args.task)
     print(f"\nanswer ({result.stopped}): {result.content}")
     if args.json:

@@ -1,0 +1,127 @@
+"""The agent loop on the real default model, and its handling of failing tools."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import pyshim
+from pyshim import Agent
+
+
+def get_weather(city: str) -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: the city name, e.g. "Paris".
+    """
+    return json.dumps({"city": city, "temperature_c": 18, "sky": "cloudy"})
+
+
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers.
+
+    Args:
+        a: the first factor.
+        b: the second factor.
+    """
+    return a * b
+
+
+SYSTEM = (
+    "Answer the user's questions. To get facts, call tools. Once you have the tool results, "
+    "respond with a short plain-text answer that states the results."
+)
+
+
+def test_two_tool_task_completes(qwen: pyshim.Model) -> None:
+    events: list[dict[str, Any]] = []
+    agent = Agent(
+        qwen, [get_weather, multiply], system=SYSTEM, max_steps=6, on_event=events.append, temperature=0, max_tokens=120
+    )
+    result = agent.run(
+        "Use the tools to find the weather in Paris and to compute 12 times 7, then tell me both results."
+    )
+    assert result.stopped == "answer"
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in result.tool_calls]
+    assert ("get_weather", {"city": "Paris"}) in calls
+    assert any(name == "multiply" and sorted(args.values()) == [7, 12] for name, args in calls)
+    # a final answer in plain text, built on a tool result
+    assert result.content and not result.content.lstrip().startswith("{")
+    assert "18" in result.content
+    # the transcript is OpenAI-shaped: every tool call answered by a tool message with its id
+    answered = {m["tool_call_id"] for m in result.messages if m["role"] == "tool"}
+    assert answered == {c["id"] for c in result.tool_calls}
+    assert {"turn", "tool_call", "tool_result"} <= {e["type"] for e in events}
+    # later turns reuse the cached prefix
+    assert all(t["n_reused"] > 0 for t in result.turns[1:])
+
+
+def test_a_raising_tool_is_reported_and_the_loop_goes_on(qwen: pyshim.Model) -> None:
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: the city name.
+        """
+        raise ConnectionError("weather service unreachable")
+
+    result = Agent(qwen, [get_weather], system=SYSTEM, max_steps=4, temperature=0, max_tokens=120).run(
+        "What is the weather in Paris?"
+    )
+    tool_msgs = [m for m in result.messages if m["role"] == "tool"]
+    assert tool_msgs and tool_msgs[0]["content"] == "error: ConnectionError: weather service unreachable"
+    assert len(result.turns) >= 2  # the model got the error and was asked again
+
+
+class _Scripted:
+    """Stands in for the model only to drive the loop's own bookkeeping (no claim about generation)."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies = replies
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def generate(self, messages, tools=None, on_delta=None, **options):
+        self.seen.append([dict(m) for m in messages])
+        reply = self.replies.pop(0)
+        calls = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(reply.get("calls", []))
+        ]
+        message = {"role": "assistant", "content": reply.get("content")}
+        if calls:
+            message["tool_calls"] = calls
+        return {"message": message, "content": reply.get("content"), "tool_calls": calls}
+
+
+def boom(x: int) -> int:
+    """Always fails."""
+    raise RuntimeError(f"boom {x}")
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("boom", '{"x": 3}', "error: RuntimeError: boom 3"),
+        ("nope", "{}", "error: unknown tool 'nope'"),
+        ("boom", "{not json", "error: the arguments are not valid JSON"),
+        ("boom", "[1]", "error: the arguments must be a JSON object"),
+        ("boom", '{"y": 1}', "error: bad arguments for boom"),
+    ],
+)
+def test_tool_failures_are_fed_back_and_the_loop_goes_on(name: str, arguments: str, expected: str) -> None:
+    model = _Scripted([{"calls": [(name, arguments)]}, {"content": "done"}])
+    result = Agent(model, [boom]).run("go")  # type: ignore[arg-type]
+    tool_msg = next(m for m in result.messages if m["role"] == "tool")
+    assert tool_msg["content"].startswith(expected)
+    assert result.content == "done" and result.stopped == "answer"
+    assert model.seen[1][-1] == tool_msg  # the error reached the model
+
+
+def test_max_steps_stops_the_loop() -> None:
+    model = _Scripted([{"calls": [("boom", '{"x": 1}')]}] * 3)
+    result = Agent(model, [boom], max_steps=3).run("go")  # type: ignore[arg-type]
+    assert result.stopped == "max_steps" and result.content is None
+    assert len(result.turns) == 3

@@ -1,0 +1,87 @@
+"""Streaming deltas: they add up to exactly the final result, and the callback can stop cleanly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conftest import WEATHER_TOOL, user
+
+import pyshim
+
+
+def concat(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    content, reasoning = "", ""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        content += d.get("content", "")
+        reasoning += d.get("reasoning_content", "")
+        for c in d.get("tool_calls", []):
+            slot = calls.setdefault(c["index"], {"id": None, "name": None, "arguments": ""})
+            if "id" in c:
+                slot["id"] = c["id"]
+            fn = c.get("function", {})
+            if "name" in fn:
+                slot["name"] = fn["name"]
+            slot["arguments"] += fn.get("arguments", "")
+    return {"content": content, "reasoning": reasoning, "calls": [calls[i] for i in sorted(calls)]}
+
+
+def test_text_deltas_concatenate_to_the_result(smol: pyshim.Model) -> None:
+    deltas: list[dict[str, Any]] = []
+    r = smol.generate(user("Write two sentences about the sea."), on_delta=deltas.append, max_tokens=60)
+    assert len(deltas) > 3
+    got = concat(deltas)
+    assert got["content"] == r["content"]
+    assert got["calls"] == []
+    plain = smol.generate(user("Write two sentences about the sea."), max_tokens=60)
+    assert plain["content"] == r["content"]  # streaming does not change the output
+
+
+def test_model_stream_iterator_and_result(smol: pyshim.Model) -> None:
+    s = smol.stream(user("Count to five."), max_tokens=30)
+    deltas = list(s)
+    assert s.result is not None
+    assert "".join(d.get("content", "") for d in deltas) == s.result["content"]
+
+
+def test_tool_call_deltas_build_the_final_calls(qwen: pyshim.Model) -> None:
+    deltas: list[dict[str, Any]] = []
+    r = qwen.generate(
+        user("What is the weather in Paris?"), [WEATHER_TOOL], on_delta=deltas.append, tool_choice="required"
+    )
+    got = concat(deltas)
+    assert got["content"] == ""  # the JSON of the call never leaks out as text
+    assert [(c["id"], c["name"]) for c in got["calls"]] == [(c["id"], c["function"]["name"]) for c in r["tool_calls"]]
+    assert [json.loads(c["arguments"]) for c in got["calls"]] == [
+        json.loads(c["function"]["arguments"]) for c in r["tool_calls"]
+    ]
+
+
+def test_stopping_from_the_callback_leaves_the_next_call_correct(smol: pyshim.Model) -> None:
+    messages = user("Tell me a long story about a lighthouse keeper.")
+    seen: list[dict[str, Any]] = []
+
+    def stop_after_three(delta: dict[str, Any]) -> bool:
+        seen.append(delta)
+        return len(seen) < 3
+
+    r = smol.generate(messages, on_delta=stop_after_three, max_tokens=200)
+    assert r["finish_reason"] == "cancelled"
+    assert r["n_decoded"] < 50
+    assert concat(seen)["content"] == r["content"]
+    # the cache still matches its mirror: the next call reuses it and answers like a fresh model
+    after = smol.generate(messages, max_tokens=20)
+    smol.reset()
+    fresh = smol.generate(messages, max_tokens=20)
+    assert after["n_reused"] > 0
+    assert after["content"] == fresh["content"]
+
+
+def test_breaking_out_of_a_stream_stops_generation(smol: pyshim.Model) -> None:
+    s = smol.stream(user("Tell me a long story about a dragon."), max_tokens=300)
+    for i, _ in enumerate(s):
+        if i == 2:
+            break
+    assert s.result is not None and s.result["finish_reason"] == "cancelled"
+    assert smol.generate(user("Say hi."), max_tokens=5)["n_decoded"] >= 1

@@ -1,0 +1,114 @@
+"""Threads, cancellation and time limits: one handle is serialized, cancel returns promptly,
+closing under a running call is defined, and the next call is always correct."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from conftest import SMOL, user
+
+import pyshim
+from pyshim import models
+
+LONG = user("Tell me a very long story about a lighthouse keeper and the sea, with many chapters.")
+
+
+def test_one_handle_from_several_threads_is_serialized(smol: pyshim.Model) -> None:
+    expected = smol.generate(user("Name three colors."), max_tokens=16)["content"]
+    results: list[str] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            results.append(smol.generate(user("Name three colors."), max_tokens=16)["content"])
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert results == [expected] * 4
+
+
+def test_separate_handles_run_in_parallel() -> None:
+    path = models.path(SMOL)
+    with pyshim.Model(path, n_ctx=512, n_threads=1) as a, pyshim.Model(path, n_ctx=512, n_threads=1) as b:
+        outs: dict[str, str] = {}
+
+        def run(name: str, m: pyshim.Model) -> None:
+            outs[name] = m.generate(user("Say something about rivers."), max_tokens=24, temperature=0)["content"]
+
+        ta, tb = threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))
+        ta.start(), tb.start()
+        ta.join(), tb.join()
+        assert outs["a"] == outs["b"] and outs["a"]
+
+
+def test_cancel_from_another_thread_returns_promptly(smol: pyshim.Model) -> None:
+    timer = threading.Timer(0.3, smol.cancel)
+    t0 = time.monotonic()
+    timer.start()
+    r = smol.generate(LONG, max_tokens=2000)
+    elapsed = time.monotonic() - t0
+    assert r["finish_reason"] == "cancelled"
+    assert elapsed < 3.0
+    ok = smol.generate(user("Say OK."), max_tokens=4)
+    assert ok["finish_reason"] in ("stop", "length") and ok["n_decoded"] >= 1
+
+
+def test_cancel_with_nothing_running_does_not_affect_the_next_call(smol: pyshim.Model) -> None:
+    smol.cancel()
+    assert smol.generate(user("Say OK."), max_tokens=4)["finish_reason"] != "cancelled"
+
+
+def test_timeout_ms_limits_a_call(smol: pyshim.Model) -> None:
+    t0 = time.monotonic()
+    r = smol.generate(LONG, max_tokens=2000, timeout_ms=300)
+    assert r["finish_reason"] == "cancelled"
+    assert time.monotonic() - t0 < 3.0
+    assert smol.generate(user("Say OK."), max_tokens=4)["n_decoded"] >= 1
+
+
+def test_cancelled_prefill_leaves_a_consistent_cache(qwen_path: Path) -> None:
+    with pyshim.Model(qwen_path, n_ctx=4096, n_batch=64, temperature=0) as m:
+        long_prompt = user("word " * 1500 + "Summarize.")
+        r = m.generate(long_prompt, max_tokens=4, timeout_ms=200)  # expires inside the prompt's evaluation
+        assert r["finish_reason"] == "cancelled"
+        assert m.stats()["cache"]["n_tokens"] <= r["n_prompt"]
+        short = user("What is 2+2?")
+        after = m.generate(short, max_tokens=8)
+        m.reset()
+        assert after["content"] == m.generate(short, max_tokens=8)["content"]
+
+
+def test_close_while_another_thread_generates(qwen_path: Path) -> None:
+    m = pyshim.Model(qwen_path, n_ctx=1024)
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = m.generate(LONG, max_tokens=2000)
+        except pyshim.ShimError as e:
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    m.close()  # cancels the call and waits for it
+    assert time.monotonic() - t0 < 3.0
+    t.join(5)
+    assert not t.is_alive()
+    result = out.get("result")
+    assert isinstance(result, dict) and result["finish_reason"] == "cancelled"
+    try:
+        m.generate(user("hi"))
+    except pyshim.ClosedModel:
+        pass
+    else:
+        raise AssertionError("a closed model must refuse calls")
