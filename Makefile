@@ -19,7 +19,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo clean
+.PHONY: all venv vendor build models test lint demo bench clean
 
 all: build
 
@@ -50,6 +50,9 @@ test: build models lint
 
 demo: build
 	$(PY) -m pyshim demo
+
+bench: build models
+	$(PY) -m bench.agent_session --out docs/bench-reuse.md
 
 clean:
 	rm -rf $(BUILD) vendor/llama.cpp.partial

@@ -182,7 +182,9 @@ EL_API char *el_generate(el_handle *handle, const char *messages_json,
 ** to append) and "tool_calls" ([{"index", "id"?, "type"?, "function":
 ** {"name"?, "arguments"?}}], OpenAI's streaming shape: the id and name come
 ** with the first delta of a call, the arguments text is appended across
-** deltas). It is valid only during the callback. Return 0 to go on, non-zero
+** deltas). While a long prompt is evaluated (more than n_batch new tokens),
+** deltas {"prompt_progress": {"processed", "total"}} report its progress; they
+** carry no text. delta_json is valid only during the callback. Return 0 to go on, non-zero
 ** to stop: the call then returns finish_reason "cancelled" with the text so
 ** far, and the cache stays consistent. The callback runs on the calling
 ** thread and must not call into the same handle.

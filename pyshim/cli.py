@@ -63,6 +63,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": text})
 
             def show(delta: dict[str, Any]) -> None:
+                if "prompt_progress" in delta:
+                    p = delta["prompt_progress"]
+                    end = "\n" if p["processed"] == p["total"] else ""
+                    print(
+                        f"\r[reading prompt {p['processed']}/{p['total']} tokens]", end=end, file=sys.stderr, flush=True
+                    )
                 print(delta.get("content", ""), end="", flush=True)
 
             r = m.generate(messages, on_delta=show, **options)

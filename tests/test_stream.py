@@ -85,3 +85,14 @@ def test_breaking_out_of_a_stream_stops_generation(smol: pyshim.Model) -> None:
             break
     assert s.result is not None and s.result["finish_reason"] == "cancelled"
     assert smol.generate(user("Say hi."), max_tokens=5)["n_decoded"] >= 1
+
+
+def test_long_prompts_report_progress(smol: pyshim.Model) -> None:
+    smol.reset()
+    deltas: list[dict[str, Any]] = []
+    r = smol.generate(user("word " * 1200 + "Say OK."), on_delta=deltas.append, max_tokens=2)
+    progress = [d["prompt_progress"] for d in deltas if "prompt_progress" in d]
+    assert len(progress) >= 2
+    assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
+    assert progress[-1]["processed"] == progress[-1]["total"] == r["n_prompt"] - r["n_reused"]
+    assert all(set(d) == {"prompt_progress"} for d in deltas if "prompt_progress" in d)
