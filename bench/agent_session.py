@@ -86,7 +86,10 @@ def replay(model: pyshim.Model, prompts: list[list[dict[str, Any]]], reuse: bool
             max_tokens=16,
             temperature=0,
             cache_prompt=reuse,
-            on_delta=lambda _d, first=first: first.append(time.perf_counter()) if not first else None,
+            # the first token's delta, not a prompt-progress report
+            on_delta=lambda d, first=first: (
+                first.append(time.perf_counter()) if not first and "prompt_progress" not in d else None
+            ),
         )
         wall = time.perf_counter() - t0
         ttft = (first[0] - t0) if first else wall
@@ -107,15 +110,18 @@ def markdown(name: str, on: list[dict[str, Any]], off: list[dict[str, Any]]) -> 
     lines = [
         f"### {name}",
         "",
-        "| turn | prompt tok | reused (on) | reused % | prefill ms (on) | prefill ms (off) "
-        "| TTFT ms (on) | TTFT ms (off) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| turn | prompt tok | new since last turn | evaluated (on) | reused (on) | reused % "
+        "| prefill ms (on) | prefill ms (off) | TTFT ms (on) | TTFT ms (off) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    previous = 0
     for a, b in zip(on, off, strict=True):
         lines.append(
-            f"| {a['turn']} | {a['n_prompt']} | {a['n_reused']} | {100 * a['n_reused'] / a['n_prompt']:.0f} % "
+            f"| {a['turn']} | {a['n_prompt']} | {a['n_prompt'] - previous} | {a['n_prompt'] - a['n_reused']} "
+            f"| {a['n_reused']} | {100 * a['n_reused'] / a['n_prompt']:.0f} % "
             f"| {a['ms_prefill']:.0f} | {b['ms_prefill']:.0f} | {a['ms_ttft']:.0f} | {b['ms_ttft']:.0f} |"
         )
+        previous = a["n_prompt"]
     tot_on, tot_off = sum(r["ms_total"] for r in on) / 1000, sum(r["ms_total"] for r in off) / 1000
     reused_from_3 = [r["n_reused"] / r["n_prompt"] for r in on[2:]]
     lines += [

@@ -768,7 +768,25 @@ struct el_engine {
     std::atomic<bool>         cancel{false}; // set by el_cancel / el_close, read by the abort callback
     std::atomic<int64_t>      deadline_ns{0};
 
+    // Set when the backend fails fatally (a lost GPU, a failed compute): every later
+    // call on the handle is refused, since nothing it computes could be trusted.
+    std::string dead_reason;
+    bool        simulate_device_loss = false;  // test hook: llama_decode reports a fatal backend error
+
     ~el_engine() {
+        if (!dead_reason.empty()) {
+            // Freeing the context and model would call into the failed backend. Release
+            // what lives in host memory and leave the rest: a bounded leak, not a crash.
+            cache.reset();  // checkpoints are host buffers; the cache itself is not touched
+            templates.reset();
+            if (batch.token != nullptr) {
+                llama_batch_free(batch);
+            }
+            return;
+        }
+        if (cache) {
+            cache->clear();
+        }
         cache.reset();
         templates.reset();
         if (batch.token != nullptr) {
@@ -780,6 +798,16 @@ struct el_engine {
         if (model != nullptr) {
             llama_model_free(model);
         }
+    }
+
+    // llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal.
+    [[noreturn]] void decode_failed(int32_t rc, const char * where) {
+        if (rc < -1) {
+            dead_reason = "the backend failed while " + std::string(where) + " (llama_decode status " +
+                          std::to_string(rc) + "); the device may be lost. This handle is dead: close it and open a new one";
+            throw std::runtime_error(dead_reason);
+        }
+        fail("llama_decode failed while " + std::string(where) + " (status " + std::to_string(rc) + ")");
     }
 
     bool should_stop() const {
@@ -880,7 +908,8 @@ struct el_engine {
             if (!t->is_object()) {
                 fail("\"_test\" must be an object");
             }
-            reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output"}, "_test");
+            reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "device_lost"}, "_test");
+            simulate_device_loss = get_bool(*t, "device_lost", false);
             if (find(*t, "output") != nullptr) {
                 r.canned_output = get_string(*t, "output", "");
                 r.has_canned_output = true;
@@ -1131,7 +1160,7 @@ struct el_engine {
                 batch.seq_id[i][0] = 0;
                 batch.logits[i]    = logits_last && from + i == to - 1;
             }
-            const int32_t rc = llama_decode(ctx, batch);
+            const int32_t rc = simulate_device_loss ? -3 : llama_decode(ctx, batch);
             if (rc != 0) {
                 return rc;
             }
@@ -1378,7 +1407,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
         if (rc == 2 || should_stop()) {
             finish_reason = "cancelled";  // the guard clears the half-evaluated cache
         } else {
-            fail("llama_decode failed on the prompt (status " + std::to_string(rc) + ")");
+            decode_failed(rc, "evaluating the prompt");
         }
     }
 
@@ -1445,7 +1474,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
                 finish_reason = "cancelled";
                 break;
             }
-            fail("llama_decode failed while generating (status " + std::to_string(drc) + ")");
+            decode_failed(drc, "generating");
         }
     }
     const double ms_decode = ms_since(t0);
@@ -1557,6 +1586,9 @@ char * generate_on(el_handle * handle, const char * messages_json, const char * 
         if (!lookup(handle)) {
             return error_json("invalid or closed handle");  // closed while we waited
         }
+        if (!e->dead_reason.empty()) {
+            return error_json(e->dead_reason);
+        }
         e->cancel = false;
         e->deadline_ns = 0;
         return e->run(messages_json, tools_json, options_json, callback, user_data);
@@ -1617,6 +1649,9 @@ EL_API int el_reset(el_handle * handle) {
             return -1;
         }
         std::lock_guard<std::mutex> lock(e->mu);
+        if (!e->dead_reason.empty()) {
+            return -1;
+        }
         e->cache->clear();
         return 0;
     } catch (...) {
@@ -1631,6 +1666,9 @@ EL_API char * el_stats(el_handle * handle) {
             return error_json("invalid or closed handle");
         }
         std::lock_guard<std::mutex> lock(e->mu);
+        if (!e->dead_reason.empty()) {
+            return error_json(e->dead_reason);
+        }
         char desc[256];
         llama_model_desc(e->model, desc, sizeof(desc));
         return dump(json{

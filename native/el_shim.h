@@ -38,6 +38,12 @@
 ** cannot be trimmed to the shared prefix, a saved checkpoint is restored or the
 ** prompt is evaluated afresh. It never changes what the model computes.
 **
+** DEVICE LOSS. When the backend fails fatally (llama_decode reports a
+** compute failure, as when a GPU is lost), the call returns an error and the
+** handle goes dead: every later call on it returns that error, el_reset
+** returns -1, and el_close frees only host memory, leaving the context and
+** model unfreed rather than calling into a failed device.
+**
 ** VERSIONING. EL_ABI_VERSION (also el_version() and "abi_version" in every
 ** result) is MAJOR.MINOR. MINOR grows when functions, config keys, options or
 ** result fields are added; existing ones keep their meaning. MAJOR grows when

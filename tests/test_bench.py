@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from bench.agent_session import conversation, markdown, replay
-
 import pyshim
+from bench.agent_session import conversation, markdown, replay
 
 
 def test_agent_session_harness_smoke(smol: pyshim.Model) -> None:
