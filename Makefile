@@ -19,7 +19,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench clean
+.PHONY: all venv vendor build models test lint demo bench asan clean
 
 all: build
 
@@ -50,6 +50,15 @@ test: build models lint
 
 demo: build
 	$(PY) -m pyshim demo
+
+# The library and the C ABI test under AddressSanitizer + UndefinedBehaviorSanitizer +
+# LeakSanitizer, in a build tree of their own.
+asan: vendor models
+	test -f build-asan/build.ninja || cmake -S native -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DEL_SANITIZE=ON -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+	cmake --build build-asan -j $(JOBS) --target el_abi_test
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  build-asan/el_abi_test $$($(PY) -m pyshim models fetch smollm2-135m-instruct)
 
 bench: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md

@@ -78,3 +78,16 @@ def test_loader_says_where_the_library_came_from(tmp_path: Path) -> None:
 def test_candidates_are_in_the_documented_order() -> None:
     reasons = [why for _, why in _lib.candidates()]
     assert reasons[-2:] == ["installed with the package", "from the build tree"]
+
+
+def test_c_abi_test_program_passes() -> None:
+    """tests/c/abi_test.c: bad input, streaming stop, cancellation and handle misuse, from C alone."""
+    from conftest import SMOL
+
+    from pyshim import models
+
+    p = subprocess.run(
+        [str(ROOT / "build" / "el_abi_test"), str(models.path(SMOL))], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert p.stdout.strip().endswith("0 failed")

@@ -1,0 +1,122 @@
+/* The C ABI exercised from C alone: bad input, streaming, cancellation, misuse of handles.
+ * Built by native/CMakeLists.txt as el_abi_test; `make test` runs it, and `make asan` runs it
+ * under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer.
+ *
+ *   el_abi_test MODEL.gguf      prints "N passed, M failed" and exits non-zero on any failure
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "el_shim.h"
+
+static int passed, failed;
+
+#define CHECK(cond, what)                                                   \
+    do {                                                                    \
+        if (cond) {                                                         \
+            passed++;                                                       \
+        } else {                                                            \
+            failed++;                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, what);  \
+        }                                                                   \
+    } while (0)
+
+static const char *HI = "[{\"role\": \"user\", \"content\": \"Say hi.\"}]";
+static const char *LONG = "[{\"role\": \"user\", \"content\": \"Tell me a very long story about the sea.\"}]";
+
+static int is_error(const char *json) { return strncmp(json, "{\"error\"", 8) == 0; }
+
+/* Generates, checks the result is (or is not) an error, frees it. */
+static void expect(el_handle *h, const char *msgs, const char *tools, const char *opts, int want_error,
+                   const char *what) {
+    char *r = el_generate(h, msgs, tools, opts);
+    CHECK(r != NULL && is_error(r) == want_error, what);
+    el_free(r);
+}
+
+static int deltas;
+static int count_and_stop(const char *delta, void *user) {
+    (void) delta;
+    deltas++;
+    return deltas >= *(int *) user;
+}
+
+static void *cancel_later(void *h) {
+    usleep(200 * 1000);
+    el_cancel((el_handle *) h);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]);
+        return 2;
+    }
+    char config[4096];
+    snprintf(config, sizeof config, "{\"model\": \"%s\", \"n_ctx\": 1024, \"temperature\": 0}", argv[1]);
+
+    /* el_open failures carry a message */
+    CHECK(el_open("{\"model\": \"/no/such.gguf\"}") == NULL, "open missing file");
+    CHECK(strstr(el_last_error(), "not found") != NULL, "missing-file message");
+    CHECK(el_open("{oops") == NULL && strstr(el_last_error(), "JSON") != NULL, "open bad JSON");
+    CHECK(el_open(NULL) == NULL, "open NULL");
+
+    el_handle *h = el_open(config);
+    CHECK(h != NULL, "open model");
+    if (h == NULL) {
+        fprintf(stderr, "%s\n", el_last_error());
+        return 1;
+    }
+
+    /* bad input, each followed by a good call */
+    const char *bad[][3] = {
+        {"{", NULL, NULL},
+        {"[]", NULL, NULL},
+        {"[{\"role\": \"alien\", \"content\": \"x\"}]", NULL, NULL},
+        {"[{\"role\": \"user\", \"content\": \"x\"}]", "{}", NULL},
+        {"[{\"role\": \"user\", \"content\": \"x\"}]", NULL, "{\"max_tokens\": 0}"},
+        {"[{\"role\": \"user\", \"content\": \"x\"}]", NULL, "{\"temperature\": \"warm\"}"},
+        {"[{\"role\": \"user\", \"content\": \"\\ud800\"}]", NULL, NULL},
+        {NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect(h, bad[i][0], bad[i][1], bad[i][2], 1, "bad input is an error");
+        expect(h, HI, NULL, "{\"max_tokens\": 3}", 0, "next call works");
+    }
+
+    /* streaming: stop from the callback after 3 deltas */
+    int stop_after = 3;
+    deltas = 0;
+    char *r = el_generate_stream(h, LONG, NULL, "{\"max_tokens\": 200}", count_and_stop, &stop_after);
+    CHECK(strstr(r, "\"finish_reason\":\"cancelled\"") != NULL && deltas == 3, "stream stopped by callback");
+    el_free(r);
+    expect(h, HI, NULL, "{\"max_tokens\": 3}", 0, "call after a stopped stream");
+
+    /* cancellation from another thread */
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_later, h);
+    r = el_generate(h, LONG, NULL, "{\"max_tokens\": 5000}");
+    pthread_join(t, NULL);
+    CHECK(strstr(r, "\"finish_reason\":\"cancelled\"") != NULL, "cancel from another thread");
+    el_free(r);
+
+    /* stats, reset */
+    r = el_stats(h);
+    CHECK(!is_error(r) && strstr(r, "\"n_ctx\":1024") != NULL, "stats");
+    el_free(r);
+    CHECK(el_reset(h) == 0, "reset");
+
+    /* misuse of handles */
+    CHECK(el_close(h) == 0, "close");
+    CHECK(el_close(h) == -1, "close twice");
+    expect(h, HI, NULL, NULL, 1, "use after close");
+    expect(NULL, HI, NULL, NULL, 1, "NULL handle");
+    CHECK(el_cancel(NULL) == -1 && el_reset(NULL) == -1, "cancel/reset NULL");
+    el_free(NULL);
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
