@@ -5,6 +5,7 @@
 # libel_shim.so and fetch the models they need. Downloads and compiler
 # output are cached under ~/.cache/pyshim/, so a second run redoes nothing.
 
+SHELL   := /bin/bash
 PYTHON3 ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
@@ -19,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench asan clean
+.PHONY: all venv vendor build models test lint demo bench sanitize fuzz-long clean
 
 all: build
 
@@ -47,21 +48,40 @@ lint: venv
 
 test: build models lint
 	$(PY) -m pytest tests -q
+	$(MAKE) sanitize
 
 demo: build
 	$(PY) -m pyshim demo
 
-# The library and the C ABI test under AddressSanitizer + UndefinedBehaviorSanitizer +
-# LeakSanitizer, in a build tree of their own.
-asan: vendor models
-	test -f build-asan/build.ninja || cmake -S native -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# The shim and llama.cpp's common/ under AddressSanitizer + UndefinedBehaviorSanitizer
+# (+ LeakSanitizer), in a build tree of their own: the C ABI test, then, where clang is
+# available, a bounded libFuzzer run over the C ABI (FUZZ_SECONDS; `make fuzz-long` for more).
+SAN_CC       := $(shell command -v clang >/dev/null 2>&1 && echo clang || echo gcc)
+SAN_CXX      := $(if $(filter clang,$(SAN_CC)),clang++,g++)
+FUZZ_SECONDS ?= 60
+SAN_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+TINY_MAMBA    = $$($(PY) -c "import sys; sys.path[:0] = ['tests', '.']; from tiny_models import tiny_model; print(tiny_model('mamba'))")
+
+build-san/build.ninja:
+	$(MAKE) vendor
+	CC=$(SAN_CC) CXX=$(SAN_CXX) cmake -S native -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DEL_SANITIZE=ON -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-	cmake --build build-asan -j $(JOBS) --target el_abi_test
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  build-asan/el_abi_test $$($(PY) -m pyshim models fetch smollm2-135m-instruct)
+
+sanitize: models build-san/build.ninja
+	cmake --build build-san -j $(JOBS)
+	$(SAN_ENV) build-san/el_abi_test_san $$($(PY) -m pyshim models fetch smollm2-135m-instruct)
+	@if [ -x build-san/el_fuzz ]; then \
+	  mkdir -p build-san/fuzz-work && \
+	  $(SAN_ENV) EL_FUZZ_MODEL=$(TINY_MAMBA) build-san/el_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=60 \
+	    -rss_limit_mb=6144 -print_final_stats=1 build-san/fuzz-work tests/fuzz/corpus 2>&1 | tail -25; \
+	  test $${PIPESTATUS[0]} -eq 0; \
+	else echo "sanitize: clang not found, the libFuzzer run is skipped (apt-get install clang libclang-rt-14-dev)"; fi
+
+fuzz-long:
+	$(MAKE) sanitize FUZZ_SECONDS=1800
 
 bench: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md
 
 clean:
-	rm -rf $(BUILD) vendor/llama.cpp.partial
+	rm -rf $(BUILD) build-san vendor/llama.cpp.partial

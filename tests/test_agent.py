@@ -37,6 +37,7 @@ SYSTEM = (
 
 
 def test_two_tool_task_completes(qwen: pyshim.Model) -> None:
+    qwen.reset()  # the same batches on every run, whatever ran before (FACTS.md: splits move logits)
     events: list[dict[str, Any]] = []
     agent = Agent(
         qwen, [get_weather, multiply], system=SYSTEM, max_steps=6, on_event=events.append, temperature=0, max_tokens=120
@@ -68,6 +69,7 @@ def test_a_raising_tool_is_reported_and_the_loop_goes_on(qwen: pyshim.Model) -> 
         """
         raise ConnectionError("weather service unreachable")
 
+    qwen.reset()
     result = Agent(qwen, [get_weather], system=SYSTEM, max_steps=4, temperature=0, max_tokens=120).run(
         "What is the weather in Paris?"
     )

@@ -102,8 +102,10 @@ def test_context_overflow_while_generating_is_truncated(qwen_path) -> None:
 
 
 def test_stop_strings_cut_the_output(smol: pyshim.Model) -> None:
+    smol.reset()  # compared outputs come from identical (fresh) evaluations
     free = smol.generate(user("List the numbers 1 to 10 separated by commas."), max_tokens=40)
     assert "5" in free["content"]
+    smol.reset()
     r = smol.generate(user("List the numbers 1 to 10 separated by commas."), max_tokens=40, stop=["5"])
     assert r["finish_reason"] == "stop"
     assert "5" not in r["content"]
@@ -127,8 +129,10 @@ def test_logprobs_openai_shape(smol: pyshim.Model) -> None:
 
 
 def test_logit_bias_bans_a_token(smol: pyshim.Model) -> None:
+    smol.reset()
     r = smol.generate(user("Hi"), max_tokens=1, logprobs=True, top_logprobs=2)
     first, second = r["logprobs"]["content"][0]["top_logprobs"]
+    smol.reset()
     banned = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(first["id"]): -100})
     assert banned["logprobs"]["content"][0]["id"] == second["id"]
     boosted = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(second["id"]): 100})
@@ -137,6 +141,8 @@ def test_logit_bias_bans_a_token(smol: pyshim.Model) -> None:
 
 def test_seeded_sampling_is_reproducible(smol: pyshim.Model) -> None:
     opts = {"temperature": 1.0, "seed": 1234, "max_tokens": 16}
+    smol.reset()
     a = smol.generate(user("Tell me a fun fact."), **opts)
+    smol.reset()
     b = smol.generate(user("Tell me a fun fact."), **opts)
     assert a["content"] == b["content"]

@@ -73,6 +73,7 @@ def test_recovery_can_be_turned_off(smol: pyshim.Model) -> None:
 
 def test_real_model_fenced_call_is_recovered(qwen: pyshim.Model) -> None:
     """qwen2.5-coder-0.5b writes this call as fenced JSON in content (FACTS.md); with recovery it is a call."""
+    qwen.reset()
     r = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], max_tokens=80)
     off = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], max_tokens=80, tool_call_recovery=False)
     assert r["finish_reason"] == "tool_calls"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import WEATHER_TOOL, user
+from conftest import SMOL, WEATHER_TOOL, user
+from oracle import KL_BOUND, divergence
 
 import pyshim
+from pyshim import models
 
 
 def concat(deltas: list[dict[str, Any]]) -> dict[str, Any]:
@@ -29,11 +31,13 @@ def concat(deltas: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_text_deltas_concatenate_to_the_result(smol: pyshim.Model) -> None:
     deltas: list[dict[str, Any]] = []
+    smol.reset()  # compared outputs come from identical (fresh) evaluations
     r = smol.generate(user("Write two sentences about the sea."), on_delta=deltas.append, max_tokens=60)
     assert len(deltas) > 3
     got = concat(deltas)
     assert got["content"] == r["content"]
     assert got["calls"] == []
+    smol.reset()
     plain = smol.generate(user("Write two sentences about the sea."), max_tokens=60)
     assert plain["content"] == r["content"]  # streaming does not change the output
 
@@ -70,12 +74,12 @@ def test_stopping_from_the_callback_leaves_the_next_call_correct(smol: pyshim.Mo
     assert r["finish_reason"] == "cancelled"
     assert r["n_decoded"] < 50
     assert concat(seen)["content"] == r["content"]
-    # the cache still matches its mirror: the next call reuses it and answers like a fresh model
-    after = smol.generate(messages, max_tokens=20)
-    smol.reset()
-    fresh = smol.generate(messages, max_tokens=20)
+    # the cache still matches its mirror: the next call reuses it and sees what a fresh model sees
+    # (a divergence bound, not text equality: other batch splits may flip near-ties; FACTS.md)
+    with pyshim.Model(models.path(SMOL), n_ctx=2048) as fresh:
+        d, after = divergence(smol, fresh, messages)
     assert after["n_reused"] > 0
-    assert after["content"] == fresh["content"]
+    assert d < KL_BOUND
 
 
 def test_breaking_out_of_a_stream_stops_generation(smol: pyshim.Model) -> None:

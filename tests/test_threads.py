@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from conftest import SMOL, user
+from oracle import KL_BOUND, divergence
 
 import pyshim
 from pyshim import models
@@ -16,6 +17,10 @@ LONG = user("Tell me a very long story about a lighthouse keeper and the sea, wi
 
 
 def test_one_handle_from_several_threads_is_serialized(smol: pyshim.Model) -> None:
+    # Every threaded call repeats this prompt, so each evaluates the same last token on the
+    # same cached prefix: identical batches, identical output (FACTS.md: only a different
+    # batch split may change logits). Prime that state first.
+    smol.generate(user("Name three colors."), max_tokens=16)
     expected = smol.generate(user("Name three colors."), max_tokens=16)["content"]
     results: list[str] = []
     errors: list[BaseException] = []
@@ -80,10 +85,9 @@ def test_cancelled_prefill_leaves_a_consistent_cache(qwen_path: Path) -> None:
         r = m.generate(long_prompt, max_tokens=4, timeout_ms=200)  # expires inside the prompt's evaluation
         assert r["finish_reason"] == "cancelled"
         assert m.stats()["cache"]["n_tokens"] <= r["n_prompt"]
-        short = user("What is 2+2?")
-        after = m.generate(short, max_tokens=8)
-        m.reset()
-        assert after["content"] == m.generate(short, max_tokens=8)["content"]
+        with pyshim.Model(qwen_path, n_ctx=4096) as fresh:
+            d, _ = divergence(m, fresh, user("What is 2+2?"))
+        assert d < KL_BOUND
 
 
 def test_close_while_another_thread_generates(qwen_path: Path) -> None:
