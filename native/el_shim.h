@@ -119,6 +119,9 @@ EL_API const char *el_last_error(void);
 **                  "assistant" | "tool", "content": string or [{"type":
 **                  "text", "text": ...}], "tool_calls": [...] (assistant),
 **                  "tool_call_id": ... (tool)}
+**                  A final assistant message is continued rather than
+**                  answered; the result's content is then the whole message,
+**                  its given beginning included.
 **   tools_json     NULL, or an array of OpenAI tools {"type": "function",
 **                  "function": {"name", "description", "parameters"}}
 **   options_json   NULL, or an object; every key optional:
