@@ -40,6 +40,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -206,6 +207,7 @@ struct Config {
     int32_t     max_tokens    = 512;
     bool        swa_full      = false;
     int32_t     n_checkpoints = 8;
+    int32_t     n_seq         = 1;
     std::string chat_template;
     bool        tool_call_recovery = true;
     bool        log           = false;
@@ -217,7 +219,7 @@ Config parse_config(const char * config_json) {
         fail("config must be a JSON object");
     }
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
-                            "top_k", "min_p", "max_tokens", "swa_full", "n_checkpoints", "chat_template",
+                            "top_k", "min_p", "max_tokens", "swa_full", "n_checkpoints", "n_seq", "chat_template",
                             "tool_call_recovery", "log"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
@@ -236,6 +238,7 @@ Config parse_config(const char * config_json) {
     c.max_tokens    = (int32_t) get_int(j, "max_tokens", c.max_tokens, 1, INT32_MAX);
     c.swa_full      = get_bool(j, "swa_full", c.swa_full);
     c.n_checkpoints = (int32_t) get_int(j, "n_checkpoints", c.n_checkpoints, 0, 1024);
+    c.n_seq         = (int32_t) get_int(j, "n_seq", c.n_seq, 1, 64);
     c.chat_template = get_string(j, "chat_template", "");
     c.tool_call_recovery = get_bool(j, "tool_call_recovery", c.tool_call_recovery);
     c.log           = get_bool(j, "log", c.log);
@@ -331,6 +334,8 @@ class PromptCache {
     }
 
     bool wants_checkpoints() const { return kind_ != MemoryKind::Trimmable && max_checkpoints_ > 0; }
+
+    llama_seq_id seq() const { return seq_; }
 
     // Save the rollback-proof part of the memory as it is now (after tokens().size() tokens).
     void save_checkpoint() {
@@ -619,6 +624,7 @@ struct Request {
     int32_t                      top_logprobs = -1;  // -1: no logprobs
     double                       timeout_ms   = 0;
     bool                         cache_prompt = true;
+    std::string                  session;                 // pin the conversation to a slot
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
@@ -759,7 +765,16 @@ struct el_engine {
     llama_context *           ctx   = nullptr;
     const llama_vocab *       vocab = nullptr;
     common_chat_templates_ptr templates;
-    std::unique_ptr<PromptCache> cache;
+    // One conversation slot per llama.cpp sequence, each with its own mirror and
+    // checkpoints. `cache` is the slot serving the current call.
+    struct Slot {
+        std::unique_ptr<PromptCache> cache;
+        std::string                  session;    // pinned by the "session" option, if any
+        uint64_t                     last_used = 0;
+    };
+    std::vector<Slot>         slots;
+    PromptCache *             cache = nullptr;
+    uint64_t                  clock_ = 0;
     int32_t                   n_ctx = 0;
     llama_batch               batch{};       // n_batch tokens, reused by every evaluate()
     std::mt19937_64           rng{std::random_device{}()};
@@ -777,17 +792,17 @@ struct el_engine {
         if (!dead_reason.empty()) {
             // Freeing the context and model would call into the failed backend. Release
             // what lives in host memory and leave the rest: a bounded leak, not a crash.
-            cache.reset();  // checkpoints are host buffers; the cache itself is not touched
+            slots.clear();  // checkpoints are host buffers; the cache itself is not touched
             templates.reset();
             if (batch.token != nullptr) {
                 llama_batch_free(batch);
             }
             return;
         }
-        if (cache) {
-            cache->clear();
+        for (Slot & slot : slots) {
+            slot.cache->clear();
         }
-        cache.reset();
+        slots.clear();
         templates.reset();
         if (batch.token != nullptr) {
             llama_batch_free(batch);
@@ -838,10 +853,12 @@ struct el_engine {
         vocab = llama_model_get_vocab(model);
 
         llama_context_params cp = llama_context_default_params();
-        cp.n_ctx           = (uint32_t) cfg.n_ctx;
+        // Each slot gets a context of its own n_ctx tokens.
+        cp.n_ctx           = (uint32_t) cfg.n_ctx * (uint32_t) cfg.n_seq;
+        cp.kv_unified      = false;
         cp.n_batch         = (uint32_t) cfg.n_batch;
         cp.n_ubatch        = (uint32_t) std::min(cfg.n_batch, 512);
-        cp.n_seq_max       = 1;
+        cp.n_seq_max       = (uint32_t) cfg.n_seq;
         cp.n_threads       = cfg.n_threads;
         cp.n_threads_batch = cfg.n_threads;
         cp.swa_full        = cfg.swa_full;
@@ -853,7 +870,7 @@ struct el_engine {
             fail("llama.cpp could not create a context (n_ctx " + std::to_string(cfg.n_ctx) +
                  "; out of memory?)" + (t_log_errors.empty() ? "" : ": " + t_log_errors));
         }
-        n_ctx = (int32_t) llama_n_ctx(ctx);
+        n_ctx = (int32_t) llama_n_ctx_seq(ctx);
         batch = llama_batch_init(cfg.n_batch, 0, 1);
 
         try {
@@ -869,7 +886,10 @@ struct el_engine {
         } else if (n_swa > 0 && !cfg.swa_full) {
             kind = MemoryKind::SlidingWindow;
         }
-        cache = std::make_unique<PromptCache>(ctx, 0, kind, n_swa, cfg.n_checkpoints);
+        for (int32_t i = 0; i < cfg.n_seq; i++) {
+            slots.push_back(Slot{std::make_unique<PromptCache>(ctx, i, kind, n_swa, cfg.n_checkpoints), "", 0});
+        }
+        cache = slots[0].cache.get();
     }
 
     std::string new_call_id() {
@@ -900,7 +920,8 @@ struct el_engine {
         reject_unknown_keys(opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                   "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                   "top_logprobs", "logit_bias", "tool_call_recovery", "timeout_ms",
-                                  "cache_prompt", "_test"}, "options");
+                                  "cache_prompt", "session", "_test"}, "options");
+        r.session = get_string(opt, "session", "");
         r.cache_prompt = get_bool(opt, "cache_prompt", true);
         int32_t max_top_logprobs = 20;
         if (const json * t = find(opt, "_test")) {
@@ -1117,6 +1138,62 @@ struct el_engine {
         return r;
     }
 
+    // Which slot serves this call: the one pinned to its session; else the slot whose
+    // cached tokens share the longest prefix with the prompt, counting only slots the
+    // prompt shares at least half of (ties: the most recently used); else a slot to
+    // evict (see below).
+    // Deterministic: the same history of calls always picks the same slots.
+    size_t pick_slot(const Request & req) {
+        size_t chosen = slots.size();
+        if (!req.session.empty()) {
+            for (size_t i = 0; i < slots.size(); i++) {
+                if (slots[i].session == req.session) {
+                    chosen = i;
+                }
+            }
+        }
+        if (chosen == slots.size() && req.session.empty()) {
+            size_t best = 0;
+            for (size_t i = 0; i < slots.size(); i++) {
+                const auto & toks = slots[i].cache->tokens();
+                size_t n = 0;
+                while (n < toks.size() && n < req.prompt.size() && toks[n] == req.prompt[n]) {
+                    n++;
+                }
+                // A prefix counts only if it is at least half of what the slot holds: a
+                // few shared template tokens must not cost another conversation its slot.
+                if (2 * n < toks.size()) {
+                    continue;
+                }
+                if (n > best || (n == best && n > 0 && slots[i].last_used > slots[chosen].last_used)) {
+                    best   = n;
+                    chosen = i;
+                }
+            }
+        }
+        if (chosen == slots.size()) {
+            // Evict in this order: an empty slot, then the least recently used slot no
+            // session is pinned to, then the least recently used pinned one.
+            auto rank = [&](const Slot & x) {
+                return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
+            };
+            chosen = 0;
+            for (size_t i = 1; i < slots.size(); i++) {
+                if (rank(slots[i]) < rank(slots[chosen])) {
+                    chosen = i;
+                }
+            }
+            if (!slots[chosen].session.empty() && slots[chosen].session != req.session) {
+                slots[chosen].session.clear();  // that session lost its slot; its tokens stay reusable by prefix
+            }
+            if (!req.session.empty()) {
+                slots[chosen].session = req.session;
+            }
+        }
+        slots[chosen].last_used = ++clock_;
+        return chosen;
+    }
+
     std::vector<llama_token> tokenize_prompt(const std::string & text) const {
         std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
         const llama_token bos = llama_vocab_bos(vocab);
@@ -1157,7 +1234,7 @@ struct el_engine {
                 batch.token[i]     = toks[from + i];
                 batch.pos[i]       = (llama_pos) (pos0 + i);
                 batch.n_seq_id[i]  = 1;
-                batch.seq_id[i][0] = 0;
+                batch.seq_id[i][0] = cache->seq();
                 batch.logits[i]    = logits_last && from + i == to - 1;
             }
             const int32_t rc = simulate_device_loss ? -3 : llama_decode(ctx, batch);
@@ -1350,6 +1427,8 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     }
 
     // --- reuse the cached prefix, evaluate the rest ------------------------
+    const size_t slot_index = pick_slot(req);
+    cache = slots[slot_index].cache.get();
     CacheGuard guard(*cache);
     auto t0 = clock::now();
     if (!req.cache_prompt) {
@@ -1483,7 +1562,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     // An aborted llama_decode may have left part of a batch in the cache, which the
     // mirror does not describe: only then is the guard left armed.
     const bool cache_consistent =
-        llama_memory_seq_pos_max(llama_get_memory(ctx), 0) == (llama_pos) cache->tokens().size() - 1;
+        llama_memory_seq_pos_max(llama_get_memory(ctx), cache->seq()) == (llama_pos) cache->tokens().size() - 1;
     if (cache_consistent) {
         guard.disarm();
     }
@@ -1533,6 +1612,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
         {"ms_reset", ms_reset},
         {"ms_prefill", ms_prefill},
         {"ms_decode", ms_decode},
+        {"slot", slot_index},
         {"abi_version", EL_ABI_VERSION},
     };
     if (req.top_logprobs >= 0) {
@@ -1573,6 +1653,24 @@ template <typename F> char * guarded(F && body) {
     }
     char * s = to_c_string(out);
     return s != nullptr ? s : to_c_string("{\"error\":\"out of memory\"}");
+}
+
+json cache_stats(const el_engine & e) {
+    json slots = json::array();
+    size_t tokens = 0, checkpoints = 0, bytes = 0;
+    for (size_t i = 0; i < e.slots.size(); i++) {
+        const auto & slot = e.slots[i];
+        slots.push_back(json{{"slot", i},
+                             {"session", slot.session.empty() ? json(nullptr) : json(slot.session)},
+                             {"n_tokens", slot.cache->tokens().size()},
+                             {"n_checkpoints", slot.cache->n_checkpoints()},
+                             {"checkpoint_bytes", slot.cache->checkpoint_bytes()}});
+        tokens += slot.cache->tokens().size();
+        checkpoints += slot.cache->n_checkpoints();
+        bytes += slot.cache->checkpoint_bytes();
+    }
+    return json{{"n_tokens", tokens}, {"n_checkpoints", checkpoints}, {"checkpoint_bytes", bytes},
+                {"n_slots", e.slots.size()}, {"slots", slots}};
 }
 
 char * generate_on(el_handle * handle, const char * messages_json, const char * tools_json, const char * options_json,
@@ -1652,7 +1750,32 @@ EL_API int el_reset(el_handle * handle) {
         if (!e->dead_reason.empty()) {
             return -1;
         }
-        e->cache->clear();
+        for (auto & slot : e->slots) {
+            slot.cache->clear();
+            slot.session.clear();
+        }
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+EL_API int el_forget(el_handle * handle, const char * session) {
+    try {
+        std::shared_ptr<el_engine> e = lookup(handle);
+        if (!e) {
+            return -1;
+        }
+        std::lock_guard<std::mutex> lock(e->mu);
+        if (!e->dead_reason.empty()) {
+            return -1;
+        }
+        for (auto & slot : e->slots) {
+            if (session == nullptr || slot.session == session) {
+                slot.cache->clear();
+                slot.session.clear();
+            }
+        }
         return 0;
     } catch (...) {
         return -1;
@@ -1679,9 +1802,7 @@ EL_API char * el_stats(el_handle * handle) {
             {"n_swa", llama_model_n_swa(e->model)},
             {"swa_full", e->cfg.swa_full},
             {"recurrent", llama_model_is_recurrent(e->model) || llama_model_is_hybrid(e->model)},
-            {"cache", {{"n_tokens", e->cache->tokens().size()},
-                       {"n_checkpoints", e->cache->n_checkpoints()},
-                       {"checkpoint_bytes", e->cache->checkpoint_bytes()}}},
+            {"cache", cache_stats(*e)},
             {"abi_version", EL_ABI_VERSION},
         });
     });

@@ -94,6 +94,8 @@ EL_API const char *el_version(void);
 **   swa_full       sliding-window models keep a full-size cache     (false)
 **   n_checkpoints  saved cache states per conversation, used to reuse the
 **                  prompt prefix where the cache cannot be trimmed      (8)
+**   n_seq          conversations kept warm at once ("slots"), each with its
+**                  own n_ctx tokens of cache (memory grows with it)      (1)
 **   chat_template  a Jinja template overriding the model's own
 **   tool_call_recovery  turn a tool call written as bare or fenced JSON in
 **                  the content into tool_calls (see el_generate)     (true)
@@ -140,6 +142,12 @@ EL_API const char *el_last_error(void);
 **     tool_call_recovery   override the handle's setting
 **     timeout_ms           wall-clock limit for this call; on expiry the call
 **                          returns with finish_reason "cancelled"
+**     session              pin this conversation to a slot (any string);
+**                          without it the slot whose cache shares the longest
+**                          prefix with the prompt (at least half of what that
+**                          slot holds) serves the call, or else an empty slot,
+**                          else the least recently used one not pinned to a
+**                          session (result field "slot")
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
 **     _test                test-only hooks (unstable; absent from builds
@@ -179,6 +187,7 @@ EL_API const char *el_last_error(void);
 **   logprobs           {"content": [{"token", "logprob", "bytes", "id",
 **                      "top_logprobs": [...]}]} when asked for; "id" (not in
 **                      OpenAI's shape) is the token id that logit_bias takes
+**   slot               which conversation slot served the call
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
 */
@@ -226,8 +235,16 @@ EL_API int el_cancel(el_handle *handle);
 EL_API int el_reset(el_handle *handle);
 
 /*
-** el_stats: a JSON object describing the handle: model, n_ctx, n_threads,
-** cache (tokens resident, checkpoints held and their bytes). Release with
+** el_forget: drop what is cached for one session (its slot's KV cache and
+** checkpoints), or for every slot when session is NULL. Waits for a call in
+** progress. Returns 0, or -1 for an invalid, closed or dead handle.
+*/
+EL_API int el_forget(el_handle *handle, const char *session);
+
+/*
+** el_stats: a JSON object describing the handle: model, n_ctx (per slot),
+** n_threads, cache (tokens resident, checkpoints held and their bytes, in
+** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.
 */
 EL_API char *el_stats(el_handle *handle);

@@ -30,6 +30,7 @@ char *el_generate_stream(el_handle *handle, const char *messages_json, const cha
                          const char *options_json, el_stream_cb callback, void *user_data);
 int el_cancel(el_handle *handle);
 int el_reset(el_handle *handle);
+int el_forget(el_handle *handle, const char *session);
 char *el_stats(el_handle *handle);
 int el_close(el_handle *handle);
 void el_free(char *str);

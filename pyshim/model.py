@@ -123,6 +123,10 @@ class Model:
         """Drop every cached token and checkpoint."""
         lib().el_reset(self.handle)
 
+    def forget(self, session: str) -> None:
+        """Drop what is cached for one session (see the ``session`` option)."""
+        lib().el_forget(self.handle, session.encode())
+
     def stats(self) -> dict[str, Any]:
         return take_json(lib().el_stats(self.handle))
 
