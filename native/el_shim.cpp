@@ -208,6 +208,7 @@ struct Config {
     bool        swa_full      = false;
     int32_t     n_checkpoints = 8;
     int32_t     n_seq         = 1;
+    int32_t     state_cache_mib = 256;
     std::string chat_template;
     bool        tool_call_recovery = true;
     bool        log           = false;
@@ -219,7 +220,7 @@ Config parse_config(const char * config_json) {
         fail("config must be a JSON object");
     }
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
-                            "top_k", "min_p", "max_tokens", "swa_full", "n_checkpoints", "n_seq", "chat_template",
+                            "top_k", "min_p", "max_tokens", "swa_full", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
                             "tool_call_recovery", "log"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
@@ -239,6 +240,7 @@ Config parse_config(const char * config_json) {
     c.swa_full      = get_bool(j, "swa_full", c.swa_full);
     c.n_checkpoints = (int32_t) get_int(j, "n_checkpoints", c.n_checkpoints, 0, 1024);
     c.n_seq         = (int32_t) get_int(j, "n_seq", c.n_seq, 1, 64);
+    c.state_cache_mib = (int32_t) get_int(j, "state_cache_mib", c.state_cache_mib, 0, 1 << 20);
     c.chat_template = get_string(j, "chat_template", "");
     c.tool_call_recovery = get_bool(j, "tool_call_recovery", c.tool_call_recovery);
     c.log           = get_bool(j, "log", c.log);
@@ -417,6 +419,35 @@ class PromptCache {
     }
 
   public:
+    // A host-memory copy of the whole sequence: its tokens and its full state.
+    struct Saved {
+        std::vector<llama_token> tokens;
+        std::vector<uint8_t>     data;
+        std::string              session;
+    };
+
+    bool save(Saved & out) const {
+        const size_t size = llama_state_seq_get_size(ctx_, seq_);
+        out.data.resize(size);
+        if (size == 0 || llama_state_seq_get_data(ctx_, out.data.data(), size, seq_) != size) {
+            return false;
+        }
+        out.tokens = tokens_;
+        return true;
+    }
+
+    // Replace this sequence by a saved one; on any doubt, leave it empty instead.
+    bool load(const Saved & saved) {
+        clear();
+        if (llama_state_seq_set_data(ctx_, saved.data.data(), saved.data.size(), seq_) != saved.data.size() ||
+            !holds_exactly(saved.tokens.size())) {
+            clear();
+            return false;
+        }
+        tokens_ = saved.tokens;
+        return true;
+    }
+
     // Test-only: claim that the cache holds `toks` (it holds something else).
     void relabel(std::vector<llama_token> toks) { tokens_ = std::move(toks); }
 
@@ -775,6 +806,10 @@ struct el_engine {
     std::vector<Slot>         slots;
     PromptCache *             cache = nullptr;
     uint64_t                  clock_ = 0;
+    // Conversations evicted from their slot, most recent first, bounded by state_cache_mib.
+    std::deque<PromptCache::Saved> host_cache;
+    size_t                    host_bytes = 0;
+    bool                      restored_from_host = false;  // for the current call
     int32_t                   n_ctx = 0;
     llama_batch               batch{};       // n_batch tokens, reused by every evaluate()
     std::mt19937_64           rng{std::random_device{}()};
@@ -1183,15 +1218,76 @@ struct el_engine {
                     chosen = i;
                 }
             }
-            if (!slots[chosen].session.empty() && slots[chosen].session != req.session) {
-                slots[chosen].session.clear();  // that session lost its slot; its tokens stay reusable by prefix
+            Slot & victim = slots[chosen];
+            stash(victim);
+            if (!victim.session.empty() && victim.session != req.session) {
+                victim.session.clear();  // that session lost its slot; its state may wait in host memory
             }
             if (!req.session.empty()) {
-                slots[chosen].session = req.session;
+                victim.session = req.session;
             }
+            unstash(victim, req);
         }
         slots[chosen].last_used = ++clock_;
         return chosen;
+    }
+
+    // Keep an evicted conversation in host memory (llama-server does the same), so that
+    // when it comes back its prefix is restored instead of evaluated again.
+    void stash(const Slot & victim) {
+        const size_t limit = (size_t) cfg.state_cache_mib << 20;
+        if (limit == 0 || victim.cache->tokens().empty()) {
+            return;
+        }
+        PromptCache::Saved saved;
+        saved.session = victim.session;
+        if (!victim.cache->save(saved) || saved.data.size() > limit) {
+            return;
+        }
+        host_bytes += saved.data.size();
+        host_cache.push_front(std::move(saved));
+        while (host_bytes > limit) {
+            host_bytes -= host_cache.back().data.size();
+            host_cache.pop_back();
+        }
+    }
+
+    // Restore the saved conversation that shares the longest prefix with the prompt (by
+    // the same rule as slot routing, and for a session only its own), if any.
+    void unstash(Slot & slot, const Request & req) {
+        auto best = host_cache.end();
+        size_t best_n = 0;
+        for (auto it = host_cache.begin(); it != host_cache.end(); ++it) {
+            if (it->session != req.session) {
+                continue;
+            }
+            size_t n = 0;
+            while (n < it->tokens.size() && n < req.prompt.size() && it->tokens[n] == req.prompt[n]) {
+                n++;
+            }
+            if (n > best_n && 2 * n >= it->tokens.size()) {
+                best_n = n;
+                best   = it;
+            }
+        }
+        if (best == host_cache.end()) {
+            slot.cache->clear();
+            return;
+        }
+        restored_from_host = slot.cache->load(*best);
+        host_bytes -= best->data.size();
+        host_cache.erase(best);
+    }
+
+    void drop_host_cache(const char * session) {
+        for (auto it = host_cache.begin(); it != host_cache.end();) {
+            if (session == nullptr || it->session == session) {
+                host_bytes -= it->data.size();
+                it = host_cache.erase(it);
+            } else {
+                ++it;
+            }
+        }
     }
 
     std::vector<llama_token> tokenize_prompt(const std::string & text) const {
@@ -1427,6 +1523,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
     }
 
     // --- reuse the cached prefix, evaluate the rest ------------------------
+    restored_from_host = false;
     const size_t slot_index = pick_slot(req);
     cache = slots[slot_index].cache.get();
     CacheGuard guard(*cache);
@@ -1613,6 +1710,7 @@ std::string el_engine::run(const char * messages_json, const char * tools_json, 
         {"ms_prefill", ms_prefill},
         {"ms_decode", ms_decode},
         {"slot", slot_index},
+        {"restored_from_host", restored_from_host},
         {"abi_version", EL_ABI_VERSION},
     };
     if (req.top_logprobs >= 0) {
@@ -1670,7 +1768,9 @@ json cache_stats(const el_engine & e) {
         bytes += slot.cache->checkpoint_bytes();
     }
     return json{{"n_tokens", tokens}, {"n_checkpoints", checkpoints}, {"checkpoint_bytes", bytes},
-                {"n_slots", e.slots.size()}, {"slots", slots}};
+                {"n_slots", e.slots.size()}, {"slots", slots},
+                {"host_cache", {{"entries", e.host_cache.size()}, {"bytes", e.host_bytes},
+                                {"limit_bytes", (size_t) e.cfg.state_cache_mib << 20}}}};
 }
 
 char * generate_on(el_handle * handle, const char * messages_json, const char * tools_json, const char * options_json,
@@ -1754,6 +1854,7 @@ EL_API int el_reset(el_handle * handle) {
             slot.cache->clear();
             slot.session.clear();
         }
+        e->drop_host_cache(nullptr);
         return 0;
     } catch (...) {
         return -1;
@@ -1776,6 +1877,7 @@ EL_API int el_forget(el_handle * handle, const char * session) {
                 slot.session.clear();
             }
         }
+        e->drop_host_cache(session);
         return 0;
     } catch (...) {
         return -1;

@@ -96,6 +96,8 @@ EL_API const char *el_version(void);
 **                  prompt prefix where the cache cannot be trimmed      (8)
 **   n_seq          conversations kept warm at once ("slots"), each with its
 **                  own n_ctx tokens of cache (memory grows with it)      (1)
+**   state_cache_mib  host memory for conversations evicted from their slot;
+**                  one that comes back is restored, not re-evaluated  (256)
 **   chat_template  a Jinja template overriding the model's own
 **   tool_call_recovery  turn a tool call written as bare or fenced JSON in
 **                  the content into tool_calls (see el_generate)     (true)
@@ -188,6 +190,8 @@ EL_API const char *el_last_error(void);
 **                      "top_logprobs": [...]}]} when asked for; "id" (not in
 **                      OpenAI's shape) is the token id that logit_bias takes
 **   slot               which conversation slot served the call
+**   restored_from_host true when that slot's cache was restored from the
+**                      host-memory state cache before reuse
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
 */
@@ -228,15 +232,16 @@ EL_API char *el_generate_stream(el_handle *handle, const char *messages_json,
 EL_API int el_cancel(el_handle *handle);
 
 /*
-** el_reset: drop everything cached for this handle (KV cache, checkpoints),
+** el_reset: drop everything cached for this handle (KV cache, checkpoints,
+** host-memory state cache, session pins),
 ** so that nothing of one conversation can influence the next. Waits for a
 ** call in progress. Returns 0, or -1 for an invalid or closed handle.
 */
 EL_API int el_reset(el_handle *handle);
 
 /*
-** el_forget: drop what is cached for one session (its slot's KV cache and
-** checkpoints), or for every slot when session is NULL. Waits for a call in
+** el_forget: drop what is cached for one session (its slot's KV cache,
+** checkpoints and any host-memory copy), or everything when session is NULL. Waits for a call in
 ** progress. Returns 0, or -1 for an invalid, closed or dead handle.
 */
 EL_API int el_forget(el_handle *handle, const char *session);

@@ -62,10 +62,15 @@ def test_alternating_conversations_each_keep_their_slot() -> None:
         assert seen_slots["a"] != seen_slots["b"]
         stats = m.stats()["cache"]
         assert stats["n_slots"] == 2 and all(s["n_tokens"] > 100 for s in stats["slots"])
+    with pyshim.Model(path, n_ctx=2048, n_seq=1, temperature=0, state_cache_mib=0) as one:
+        one.generate(a, max_tokens=4)
+        one.generate(b, max_tokens=4)
+        assert one.generate(a, max_tokens=4)["n_reused"] < 10  # one slot, no host cache: every switch starts over
     with pyshim.Model(path, n_ctx=2048, n_seq=1, temperature=0) as one:
         one.generate(a, max_tokens=4)
         one.generate(b, max_tokens=4)
-        assert one.generate(a, max_tokens=4)["n_reused"] < 10  # one slot: every switch starts over
+        back = one.generate(a, max_tokens=4)  # one slot, but a waited in host memory
+        assert back["restored_from_host"] and back["n_reused"] > 200
 
 
 def test_sessions_pin_slots_and_can_be_forgotten() -> None:
@@ -84,3 +89,30 @@ def test_sessions_pin_slots_and_can_be_forgotten() -> None:
         after = m.generate(conv, max_tokens=2, session="alice")
         assert after["n_reused"] == 0
         assert m.generate(conv, max_tokens=2, session="bob")["n_reused"] > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "extra"), [c[:3] for c in CASES if c[0] != "qwen"], ids=[c[0] for c in CASES[1:]]
+)
+def test_evicted_conversations_come_back_from_host_memory(name: str, spec: str, extra: dict) -> None:
+    path = model_path(spec)
+    rng = random.Random(f"host-{name}")
+    convs = [
+        [{"role": "system", "content": f"Conversation {i}. " + text(rng, 80)}, *user(text(rng, 30))] for i in range(3)
+    ]
+    with (
+        pyshim.Model(path, n_ctx=2048, n_seq=2, temperature=0, **extra) as m,
+        pyshim.Model(path, n_ctx=2048, temperature=0, **extra) as fresh,
+    ):
+        first_prompt = []
+        for conv in convs:  # the third evicts the first into host memory
+            r = m.generate(conv, max_tokens=3)
+            first_prompt.append(r["n_prompt"])
+            conv.extend([r["message"], *user(text(rng, 10))])
+        assert m.stats()["cache"]["host_cache"]["entries"] == 1
+        d, back = divergence(m, fresh, convs[0])
+        assert back["restored_from_host"] is True
+        assert back["n_reused"] >= first_prompt[0]  # its whole earlier prompt came back, not re-evaluated
+        assert d < KL_BOUND, f"{name}: KL {d:.4f} after a host-memory restore"
+        m.reset()
+        assert m.stats()["cache"]["host_cache"] == {"entries": 0, "bytes": 0, "limit_bytes": 256 << 20}
