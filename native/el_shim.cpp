@@ -1271,8 +1271,7 @@ struct el_engine {
             }
         }
         if (best == host_cache.end()) {
-            slot.cache->clear();
-            return;
+            return;  // the slot keeps its tokens: prepare() still reuses any prefix they share
         }
         restored_from_host = slot.cache->load(*best);
         host_bytes -= best->data.size();
@@ -1840,27 +1839,6 @@ EL_API int el_cancel(el_handle * handle) {
     return 0;
 }
 
-EL_API int el_reset(el_handle * handle) {
-    try {
-        std::shared_ptr<el_engine> e = lookup(handle);
-        if (!e) {
-            return -1;
-        }
-        std::lock_guard<std::mutex> lock(e->mu);
-        if (!e->dead_reason.empty()) {
-            return -1;
-        }
-        for (auto & slot : e->slots) {
-            slot.cache->clear();
-            slot.session.clear();
-        }
-        e->drop_host_cache(nullptr);
-        return 0;
-    } catch (...) {
-        return -1;
-    }
-}
-
 EL_API int el_forget(el_handle * handle, const char * session) {
     try {
         std::shared_ptr<el_engine> e = lookup(handle);
@@ -1883,6 +1861,8 @@ EL_API int el_forget(el_handle * handle, const char * session) {
         return -1;
     }
 }
+
+EL_API int el_reset(el_handle * handle) { return el_forget(handle, nullptr); }
 
 EL_API char * el_stats(el_handle * handle) {
     return guarded([&]() -> std::string {
