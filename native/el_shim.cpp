@@ -275,6 +275,11 @@ struct Checkpoint {
     std::vector<uint8_t> data;
 };
 
+// How many leading tokens two sequences share.
+size_t common_prefix(const std::vector<llama_token> & a, const std::vector<llama_token> & b) {
+    return (size_t) (std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin()).first - a.begin());
+}
+
 // How a model's memory can be rolled back to a prefix.
 enum class MemoryKind {
     Trimmable,      // dense KV cache (or SWA with a full-size cache): seq_rm is exact
@@ -314,11 +319,7 @@ class PromptCache {
     // evaluate, so that sampling reads logits computed for this prompt and not
     // stale ones from the last call.
     size_t prepare(const std::vector<llama_token> & prompt, UnsafeReuse unsafe = UnsafeReuse::None) {
-        size_t n = 0;
-        const size_t limit = std::min(tokens_.size(), prompt.size() - 1);
-        while (n < limit && tokens_[n] == prompt[n]) {
-            n++;
-        }
+        const size_t n = std::min(common_prefix(tokens_, prompt), prompt.size() - 1);
         if (n == tokens_.size()) {
             return n;  // the new prompt extends what is cached: nothing to roll back
         }
@@ -1191,10 +1192,7 @@ struct el_engine {
             size_t best = 0;
             for (size_t i = 0; i < slots.size(); i++) {
                 const auto & toks = slots[i].cache->tokens();
-                size_t n = 0;
-                while (n < toks.size() && n < req.prompt.size() && toks[n] == req.prompt[n]) {
-                    n++;
-                }
+                const size_t n = common_prefix(toks, req.prompt);
                 // A prefix counts only if it is at least half of what the slot holds: a
                 // few shared template tokens must not cost another conversation its slot.
                 if (2 * n < toks.size()) {
@@ -1261,10 +1259,7 @@ struct el_engine {
             if (it->session != req.session) {
                 continue;
             }
-            size_t n = 0;
-            while (n < it->tokens.size() && n < req.prompt.size() && it->tokens[n] == req.prompt[n]) {
-                n++;
-            }
+            const size_t n = common_prefix(it->tokens, req.prompt);
             if (n > best_n && 2 * n >= it->tokens.size()) {
                 best_n = n;
                 best   = it;
@@ -1310,11 +1305,7 @@ struct el_engine {
         } catch (const std::exception &) {
             return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
         }
-        size_t n = 0;
-        while (n < history.size() && n < prompt.size() && history[n] == prompt[n]) {
-            n++;
-        }
-        return n;
+        return common_prefix(history, prompt);
     }
 
     // Evaluate tokens [from, to) of `toks` on top of the cache. Returns llama_decode's
