@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench sanitize fuzz-long clean
+.PHONY: all venv vendor build models test lint demo bench bench-peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -77,11 +77,51 @@ sanitize: models build-san/build.ninja
 	  test $${PIPESTATUS[0]} -eq 0; \
 	else echo "sanitize: clang not found, the libFuzzer run is skipped (apt-get install clang libclang-rt-14-dev)"; fi
 
+# The Python suite against the sanitized shim: the ASan runtime is preloaded into Python
+# (leak checking off: CPython itself keeps memory to exit). Deselected: the RSS-drift
+# tests, which ASan's quarantine defeats by design (LeakSanitizer covers leaks in the C run).
+SAN_RUNTIME = $$($(SAN_CC) -print-file-name=$(if $(filter clang,$(SAN_CC)),libclang_rt.asan-x86_64.so,libasan.so))
+sanitize-python: models build-san/build.ninja
+	cmake --build build-san -j $(JOBS) --target el_shim_san_shared
+	LD_PRELOAD=$(SAN_RUNTIME) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYSHIM_LIB=$(CURDIR)/build-san/libel_shim_asan.so \
+	  $(PY) -m pytest tests -q -p no:cacheprovider -k "not rss_flat"
+
+# The full leak soak: 10,000 generate calls on one handle and 200 open/close cycles.
+soak: build models
+	$(PY) scripts/soak.py
+
 fuzz-long:
 	$(MAKE) sanitize FUZZ_SECONDS=1800
 
-bench: build models
+# Benchmarks are not tests. `make bench` compares pyshim with llama.cpp's own llama-bench,
+# llama-cpp-python and llama-server, all from the pinned tree (docs/bench-peers.md);
+# `make bench-reuse` replays one agent session with prompt reuse on and off (docs/bench-reuse.md).
+PEERS := build-peers
+
+# llama-bench, llama-server and a shared libllama.so for llama-cpp-python to load, so that
+# the binding (installed without its own copy of llama.cpp) runs the very same engine.
+$(PEERS)/.stamp: | vendor
+	test -f $(PEERS)/build.ninja || cmake -S vendor/llama.cpp -B $(PEERS) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DBUILD_SHARED_LIBS=ON \
+	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0
+	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-server llama
+	touch $@
+
+$(VENV)/.bench-stamp: $(VENV)/.stamp
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet \
+	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib
+	touch $@
+
+bench-peers: build models $(PEERS)/.stamp $(VENV)/.bench-stamp
+
+bench: bench-peers
+	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
+
+bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md
 
 clean:
-	rm -rf $(BUILD) build-san vendor/llama.cpp.partial
+	rm -rf $(BUILD) build-san $(PEERS) vendor/llama.cpp.partial

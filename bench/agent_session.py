@@ -36,11 +36,14 @@ TOOLS = [
 ]
 
 
-def conversation(turns: int) -> list[list[dict[str, Any]]]:
-    """The prompt of each turn: the same history, grown by one exchange per turn."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a weather assistant. Use get_weather, then answer in one sentence."}
-    ]
+def conversation(turns: int, who: str = "", brief: str = "") -> list[list[dict[str, Any]]]:
+    """The prompt of each turn: the same history, grown by one exchange per turn.
+
+    ``who`` opens the system prompt, so conversations with different ones diverge early;
+    ``brief`` closes it (standing instructions, as agent programs carry).
+    """
+    system = f"{who}You are a weather assistant. Use get_weather, then answer in one sentence.{brief}"
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     prompts = []
     for i in range(turns):
         city = CITIES[i % len(CITIES)]

@@ -92,6 +92,9 @@ EL_API const char *el_version(void);
 **                  (0.8, 0.95, 40, 0.05, as llama.cpp)
 **   max_tokens     default generation limit                          (512)
 **   swa_full       sliding-window models keep a full-size cache     (false)
+**   flash_attn     "auto" | "on" | "off": flash attention, as llama.cpp's
+**                  flash_attn_type; which is faster depends on the model
+**                  and the context length                          ("auto")
 **   n_checkpoints  saved cache states per conversation, used to reuse the
 **                  prompt prefix where the cache cannot be trimmed      (8)
 **   n_seq          conversations kept warm at once ("slots"), each with its
@@ -141,6 +144,8 @@ EL_API const char *el_last_error(void);
 **                          return per-token log probabilities (up to 20
 **                          alternatives each)
 **     logit_bias           {"<token id>": bias, ...}
+**     ignore_eos           never sample an end-of-generation token, so the
+**                          call runs to max_tokens (for benchmarks)
 **     tool_call_recovery   override the handle's setting
 **     timeout_ms           wall-clock limit for this call; on expiry the call
 **                          returns with finish_reason "cancelled"
@@ -183,6 +188,10 @@ EL_API const char *el_last_error(void);
 **   n_prompt, n_reused, n_decoded
 **                      prompt tokens; of those, taken from the cache; tokens
 **                      generated
+**   ms_prepare, ms_template
+**                      time to turn the request into tokens, grammar and
+**                      sampler (parsing, the chat template, tokenizing); of
+**                      that, rendering the chat template
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate

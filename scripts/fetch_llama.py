@@ -21,7 +21,8 @@ PACKAGE = "llama-cpp-python==0.3.36"
 ARCHIVE = "llama_cpp_python-0.3.36.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
-# Enough to build ggml, llama and common; the rest (models, tools, docs) is 150 MB we never read.
+# Enough to build ggml, llama, common and the tools the benchmark runs; the rest (models,
+# tests, docs) is 150 MB we never read.
 KEEP = (
     "CMakeLists.txt",
     "cmake/",
@@ -31,10 +32,8 @@ KEEP = (
     "common/",
     "vendor/",
     "LICENSE",
-    "tools/llama-bench/",
-    "tools/server/",
-    "tools/mtmd/",
-    "tools/CMakeLists.txt",
+    "tools/",  # llama-bench and llama-server, for the side-by-side benchmark (bench/peers.py)
+    "scripts/ui-assets.cmake",
     "licenses/",
 )
 
@@ -102,11 +101,19 @@ def unpack(archive: Path) -> None:
             shutil.copy2(DEST / keep, staging / keep)
     shutil.rmtree(DEST, ignore_errors=True)
     staging.rename(DEST)
-    STAMP.write_text(SHA256 + "\n")
+    STAMP.write_text(stamp())
+
+
+def stamp() -> str:
+    """What the unpacked tree was made from: the archive and the list of paths taken from it."""
+    return f"{SHA256} {hashlib.sha256(repr(KEEP).encode()).hexdigest()[:16]}\n"
 
 
 def main() -> None:
-    if STAMP.exists() and STAMP.read_text().strip() == SHA256 and (DEST / "include" / "llama.h").exists():
+    if sys.argv[1:] == ["--archive"]:  # the verified source archive, for installing llama-cpp-python from it
+        print(fetch())
+        return
+    if STAMP.exists() and STAMP.read_text() == stamp() and (DEST / "include" / "llama.h").exists():
         return
     unpack(fetch())
     print(f"fetch_llama: vendor/llama.cpp filled from {ARCHIVE} (sha256 verified)")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from conftest import SMOL
+
 import pyshim
 from bench.agent_session import conversation, markdown, replay
+from bench.peers import WORKLOADS, floor_s, report, run_workload
+from pyshim import models
 
 
 def test_agent_session_harness_smoke(smol: pyshim.Model) -> None:
@@ -17,3 +21,44 @@ def test_agent_session_harness_smoke(smol: pyshim.Model) -> None:
     assert on[2]["n_prompt"] == off[2]["n_prompt"]
     table = markdown("smol", on, off)
     assert table.count("\n| ") == 4 and "faster" in table
+
+
+def test_peer_benchmark_harness_smoke() -> None:
+    """Every pyshim workload of bench.peers, tiny, then the report and its floor arithmetic.
+    The peers themselves (llama-bench, llama-server, llama-cpp-python) are built by `make
+    bench`, not by `make test`."""
+    results = []
+    for workload in WORKLOADS:
+        r = run_workload("pyshim", models.path(SMOL), workload, reps=1, quick=True)
+        r["model"] = "smol"
+        results.append(r)
+    single, over, agent, inter2, inter4 = results
+    assert single["n_prompt"] > 50 and single["prefill_tps"] > 0 and single["decode_tps"] > 0
+    assert 0 < over["overhead_ms"] < over["wall_ms"]
+    assert 0 < over["template_ms"] <= over["prepare_ms"] < over["overhead_ms"]
+    assert len(agent["turns"]) == 3 and agent["turns"][2]["n_evaluated"] < agent["turns"][2]["n_prompt"]
+    assert [(t["conversation"], t["turn"]) for t in inter2["turns"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert len(inter4["turns"]) == 8 and all(t["n_gen"] >= 1 for t in inter4["turns"])
+    # The floor counts each conversation's tokens once: its first prompt, then what each turn adds.
+    ceiling = {"pp512": 100.0, "tg128": 10.0}
+    rows = [
+        {"conversation": 0, "n_prompt": 100, "n_gen": 1},
+        {"conversation": 1, "n_prompt": 50, "n_gen": 1},
+        {"conversation": 0, "n_prompt": 130, "n_gen": 1},
+    ]
+    assert abs(floor_s(rows, ceiling, "conversation") - (1.8 + 0.3)) < 1e-9
+    ceil = {"pp512": 1000.0, "pp512_sd": 1.0, "tg128": 100.0, "tg128_sd": 1.0}
+    text = report(
+        {
+            "command": "test",
+            "machine": "here",
+            "when": "now",
+            "llama_cpp_python": "0.3.36",
+            "models": ["smol"],
+            "systems": ["pyshim"],
+            "reps": 1,
+            "ceiling": {"smol": ceil},
+            "results": results,
+        }
+    )
+    assert "| smol | pyshim |" in text and "model-time floor" in text and "outside the model" in text

@@ -99,6 +99,7 @@ def test_python_errors_are_shim_errors(smol) -> None:
         ("{}", "model"),
         ('{"model": "x.gguf", "n_ctx": "big"}', "n_ctx"),
         ('{"model": "x.gguf", "frobnicate": 1}', "unknown config key"),
+        ('{"model": "x.gguf", "flash_attn": "fast"}', "flash_attn"),
     ],
 )
 def test_el_open_failure_has_a_readable_message(config: str, words: str) -> None:

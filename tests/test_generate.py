@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import WEATHER_TOOL, user
+from conftest import SMOL, WEATHER_TOOL, user
 
 import pyshim
 
@@ -22,6 +22,7 @@ def test_plain_chat_on_every_catalogue_model(request: pytest.FixtureRequest, fix
     assert r["message"] == {"role": "assistant", "content": r["content"]}
     for key in ("ms_reset", "ms_prefill", "ms_decode"):
         assert r[key] >= 0
+    assert 0 < r["ms_template"] <= r["ms_prepare"]  # rendering is part of preparing the request
 
 
 def test_required_tool_choice_gives_exactly_one_weather_call(qwen: pyshim.Model) -> None:
@@ -137,6 +138,20 @@ def test_logit_bias_bans_a_token(smol: pyshim.Model) -> None:
     assert banned["logprobs"]["content"][0]["id"] == second["id"]
     boosted = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(second["id"]): 100})
     assert boosted["logprobs"]["content"][0]["id"] == second["id"]
+
+
+def test_ignore_eos_runs_to_max_tokens(smol: pyshim.Model) -> None:
+    natural = smol.generate(user("Reply with the single word OK."), max_tokens=48)
+    assert natural["finish_reason"] == "stop" and natural["n_decoded"] < 48  # the model ends on its own
+    forced = smol.generate(user("Reply with the single word OK."), max_tokens=48, ignore_eos=True)
+    assert forced["finish_reason"] == "length" and forced["n_decoded"] == 48
+
+
+@pytest.mark.parametrize("flash_attn", ["on", "off"])
+def test_flash_attn_setting_is_applied(flash_attn: str) -> None:
+    with pyshim.Model(SMOL, n_ctx=512, temperature=0, flash_attn=flash_attn) as m:
+        assert m.stats()["flash_attn"] == flash_attn
+        assert m.generate(user("Say OK."), max_tokens=4)["n_decoded"] >= 1
 
 
 def test_seeded_sampling_is_reproducible(smol: pyshim.Model) -> None:

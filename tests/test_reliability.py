@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,7 @@ from conftest import SMOL, user
 import pyshim
 from pyshim import models
 from pyshim._lib import lib
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+from scripts.soak import DRIFT_LIMIT, drift, generate_calls, open_close_cycles
 
 
 def test_device_loss_makes_the_handle_dead(qwen_path: Path) -> None:
@@ -34,30 +29,12 @@ def test_device_loss_makes_the_handle_dead(qwen_path: Path) -> None:
         assert fresh.generate(user("Say OK."), max_tokens=3)["n_decoded"] >= 1
 
 
-@pytest.mark.parametrize("n_calls", [600])
-def test_many_generate_calls_keep_rss_flat(n_calls: int) -> None:
-    with pyshim.Model(models.path(SMOL), n_ctx=512, temperature=0) as m:
-        for i in range(100):  # warm up allocators and caches
-            m.generate(user(f"Say {i}."), max_tokens=1)
-        gc.collect()
-        before = rss_bytes()
-        for i in range(n_calls):
-            m.generate(user(f"Say {i % 50}."), max_tokens=2, logprobs=True, top_logprobs=3)
-        gc.collect()
-        after = rss_bytes()
-    assert (after - before) / before < 0.02, f"RSS {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB"
+# The same loops as `make soak` (scripts/soak.py: 10,000 calls, 200 cycles), at a size for `make test`.
+def test_many_generate_calls_keep_rss_flat() -> None:
+    rss = generate_calls(models.path(SMOL), 600)
+    assert drift(rss) < DRIFT_LIMIT, f"RSS in MiB: {[r >> 20 for r in rss]}"
 
 
 def test_open_close_cycles_keep_rss_flat() -> None:
-    path = models.path(SMOL)
-    for _ in range(3):
-        pyshim.Model(path, n_ctx=256).close()
-    gc.collect()
-    before = rss_bytes()
-    for _ in range(20):
-        m = pyshim.Model(path, n_ctx=256)
-        m.generate(user("hi"), max_tokens=1)
-        m.close()
-    gc.collect()
-    after = rss_bytes()
-    assert (after - before) / before < 0.02, f"RSS {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB"
+    rss = open_close_cycles(models.path(SMOL), 20)
+    assert drift(rss) < DRIFT_LIMIT, f"RSS in MiB: {[r >> 20 for r in rss]}"
