@@ -42,6 +42,7 @@ class Turn:
 
 class System(Protocol):
     name: str
+    info: dict[str, Any]  # settings worth reporting beside the results
 
     def turn(
         self,
@@ -61,6 +62,7 @@ class Pyshim:
         import pyshim
 
         self.model = pyshim.Model(model, n_ctx=n_ctx, n_seq=n_seq, n_threads=THREADS, flash_attn=flash_attn)
+        self.info = {"flash_attn": flash_attn}
         self.reuse = reuse
         self.last: dict[str, Any] = {}
 
@@ -113,6 +115,8 @@ class LlamaCppPython:
         self.llm = Llama(str(model), n_ctx=n_ctx, n_threads=THREADS, n_threads_batch=THREADS, verbose=False, seed=0)
         import llama_cpp
 
+        fa = {-1: "auto", 0: "off", 1: "on"}.get(int(self.llm.context_params.flash_attn_type), "?")
+        self.info = {"chat_format": self.llm.chat_format, "flash_attn": fa}
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.no_eog = {t: float("-inf") for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)}
 
@@ -162,6 +166,7 @@ class LlamaServer:
 
     def __init__(self, model: Path, n_ctx: int, n_seq: int = 1, log: Path | None = None) -> None:
         self.port = free_port()
+        self.info = {"flash_attn": "auto"}
         # -c is the whole cache; with -np slots each conversation gets n_ctx of its own, as in pyshim.
         cmd = [str(PEERS / "llama-server"), "-m", str(model), "-c", str(n_ctx * n_seq), "-np", str(n_seq)]
         cmd += ["-t", str(THREADS), "-tb", str(THREADS), "--host", "127.0.0.1", "--port", str(self.port)]
