@@ -81,11 +81,12 @@ sanitize: models build-san/build.ninja
 # (leak checking off: CPython itself keeps memory to exit). Deselected: the RSS-drift
 # tests, which ASan's quarantine defeats by design (LeakSanitizer covers leaks in the C run).
 SAN_RUNTIME = $$($(SAN_CC) -print-file-name=$(if $(filter clang,$(SAN_CC)),libclang_rt.asan-x86_64.so,libasan.so))
-sanitize-python: models build-san/build.ninja
+SAN_PY_ENV = LD_PRELOAD=$(SAN_RUNTIME) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYSHIM_LIB=$(CURDIR)/build-san/libel_shim_asan.so
+sanitize-python: build models build-san/build.ninja
 	cmake --build build-san -j $(JOBS) --target el_shim_san_shared
-	LD_PRELOAD=$(SAN_RUNTIME) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYSHIM_LIB=$(CURDIR)/build-san/libel_shim_asan.so \
-	  $(PY) -m pytest tests -q -p no:cacheprovider -k "not rss_flat"
+	$(SAN_PY_ENV) $(PY) -c "from pyshim import _lib; _lib.lib(); print('sanitize-python: testing', _lib.lib_path)"
+	$(SAN_PY_ENV) $(PY) -m pytest tests -q -p no:cacheprovider -k "not rss_flat"
 
 # The full leak soak: 10,000 generate calls on one handle and 200 open/close cycles.
 soak: build models
