@@ -90,7 +90,7 @@ sanitize-python: build models build-san/build.ninja
 
 # The full leak soak: 10,000 generate calls on one handle and 200 open/close cycles.
 soak: build models
-	$(PY) scripts/soak.py
+	$(PY) -m scripts.soak
 
 fuzz-long:
 	$(MAKE) sanitize FUZZ_SECONDS=1800

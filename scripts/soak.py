@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Leak soak: many short generate calls on one handle, then many open/close cycles.
 
-    python scripts/soak.py [--calls 10000] [--cycles 200] [--model smollm2-135m-instruct]
+    python -m scripts.soak [--calls 10000] [--cycles 200] [--model smollm2-135m-instruct]
 
 Resident memory is measured after a warm-up (allocators, caches and the model's pages
 settle in the first calls) and must not drift by 2 % or more; the exit status says whether
