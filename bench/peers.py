@@ -488,7 +488,7 @@ def chart(data: dict[str, Any], path: Path) -> None:
                     [t["ttft_s"] * 1000 for t in r["turns"]],
                     marker="o",
                     markersize=3,
-                    label=r["system"],
+                    label=r["system"] + (f" ({fmt} format)" if (fmt := r.get("info", {}).get("chat_format")) else ""),
                 )
         ax.set_title(f"{m}: 20-turn agent session")
         ax.set_xlabel("turn")
