@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench bench-peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test lint demo bench bench-peers peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -102,21 +102,20 @@ PEERS := build-peers
 
 # llama-bench, llama-server and a shared libllama.so for llama-cpp-python to load, so that
 # the binding (installed without its own copy of llama.cpp) runs the very same engine.
-$(PEERS)/.stamp: | vendor
+peers: vendor
 	test -f $(PEERS)/build.ninja || cmake -S vendor/llama.cpp -B $(PEERS) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DBUILD_SHARED_LIBS=ON \
 	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF \
 	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0
 	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-server llama
-	touch $@
 
 $(VENV)/.bench-stamp: $(VENV)/.stamp
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet \
 	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib
 	touch $@
 
-bench-peers: build models $(PEERS)/.stamp $(VENV)/.bench-stamp
+bench-peers: build models peers $(VENV)/.bench-stamp
 
 bench: bench-peers
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
