@@ -16,11 +16,11 @@ import json
 import os
 import platform
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import pyshim
+from bench.systems import timed_generate
 from pyshim import models
 
 CITIES = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Perth", "Dakar", "Hanoi", "Riga"]
@@ -81,21 +81,7 @@ def replay(model: pyshim.Model, prompts: list[list[dict[str, Any]]], reuse: bool
     model.reset()
     rows = []
     for i, messages in enumerate(prompts):
-        first: list[float] = []
-        t0 = time.perf_counter()
-        r = model.generate(
-            messages,
-            TOOLS,
-            max_tokens=16,
-            temperature=0,
-            cache_prompt=reuse,
-            # the first token's delta, not a prompt-progress report
-            on_delta=lambda d, first=first: (
-                first.append(time.perf_counter()) if not first and "prompt_progress" not in d else None
-            ),
-        )
-        wall = time.perf_counter() - t0
-        ttft = (first[0] - t0) if first else wall
+        ttft, wall, r = timed_generate(model, messages, TOOLS, max_tokens=16, temperature=0, cache_prompt=reuse)
         rows.append(
             {
                 "turn": i + 1,

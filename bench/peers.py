@@ -11,10 +11,10 @@ greedy sampling and context size. Each (system, model, workload) runs in a proce
 own, so peak RSS is that workload's, and no system warms another's caches.
 
 Workloads (see each function): ``single`` (prefill over a ~512-token prompt, decode over
-128 tokens, time to first token; median of ``--reps``), ``overhead`` (pyshim's own time per
-call around a ~4k-token conversation, apart from model time), ``agent`` (the scripted 20-turn
-tool-calling session of ``bench.agent_session``), ``interleaved`` (2 and 4 such
-conversations of 6 turns, taking turns on one model).
+128 tokens, time to first token; median of ``--reps``), ``overhead`` (time per call outside
+the model on a ~4k-token conversation, for the systems that report their model time),
+``agent`` (the scripted 20-turn tool-calling session of ``bench.agent_session``),
+``interleaved`` (2 and 4 such conversations of 6 turns, taking turns on one model).
 """
 
 from __future__ import annotations

@@ -55,6 +55,21 @@ class System(Protocol):
     def close(self) -> None: ...
 
 
+def timed_generate(model: Any, messages: list[dict[str, Any]], tools: Any, **options: Any) -> tuple[float, float, dict]:
+    """One streamed ``pyshim.Model.generate`` call: (seconds to the first generated token,
+    seconds in all, the result). Prompt-progress reports are not generated tokens."""
+    first: list[float] = []
+
+    def on_delta(d: dict[str, Any]) -> None:
+        if not first and "prompt_progress" not in d:
+            first.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    r = model.generate(messages, tools, on_delta=on_delta, **options)
+    t1 = time.perf_counter()
+    return (first[0] if first else t1) - t0, t1 - t0, r
+
+
 class Pyshim:
     name = "pyshim"
 
@@ -64,7 +79,6 @@ class Pyshim:
         self.model = pyshim.Model(model, n_ctx=n_ctx, n_seq=n_seq, n_threads=THREADS, flash_attn=flash_attn)
         self.info = {"flash_attn": flash_attn}
         self.reuse = reuse
-        self.last: dict[str, Any] = {}
 
     def turn(
         self,
@@ -73,27 +87,18 @@ class Pyshim:
         max_tokens: int,
         ignore_eos: bool = False,
     ) -> Turn:
-        first: list[float] = []
-
-        def on_delta(d: dict[str, Any]) -> None:
-            if not first and "prompt_progress" not in d:
-                first.append(time.perf_counter())
-
-        t0 = time.perf_counter()
-        r = self.model.generate(
+        ttft, total, r = timed_generate(
+            self.model,
             messages,
             tools,
             max_tokens=max_tokens,
             temperature=0,
             cache_prompt=self.reuse,
             ignore_eos=ignore_eos,
-            on_delta=on_delta,
         )
-        t1 = time.perf_counter()
-        self.last = r
         return Turn(
-            (first[0] if first else t1) - t0,
-            t1 - t0,
+            ttft,
+            total,
             r["n_prompt"],
             r["n_decoded"],
             r["n_prompt"] - r["n_reused"],
