@@ -1,0 +1,44 @@
+// backend.cpp -- llama.cpp's backend init and log routing; see backend.h.
+
+#include "backend.h"
+
+#include "common.h"
+#include "llama.h"
+#include "log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+namespace el {
+
+namespace {
+
+std::atomic<bool> g_log_to_stderr{false};
+thread_local std::string t_log_errors;
+
+void log_callback(ggml_log_level level, const char * text, void *) {
+    if (level == GGML_LOG_LEVEL_ERROR && t_log_errors.size() < 4096) {
+        t_log_errors += text;
+    }
+    if (g_log_to_stderr.load()) {
+        std::fputs(text, stderr);
+    }
+}
+
+}  // namespace
+
+void init_backend_once() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        llama_log_set(log_callback, nullptr);
+        common_log_pause(common_log_main());  // common/'s own logger prints from a thread of its own
+        llama_backend_init();
+    });
+}
+
+void enable_log_to_stderr() { g_log_to_stderr = true; }
+
+std::string & thread_log_errors() { return t_log_errors; }
+
+}  // namespace el

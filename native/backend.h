@@ -1,0 +1,21 @@
+// backend.h -- llama.cpp's process-wide state: backend initialisation and its log.
+//
+// Invariant: llama.cpp is initialised once per process, before any model loads, and
+// its log is silent unless a handle asks for it; the errors it logs on the calling
+// thread are kept so that a failed el_open can say *why* llama.cpp refused a model.
+#pragma once
+
+#include <string>
+
+namespace el {
+
+// Idempotent and thread-safe.
+void init_backend_once();
+
+// From now on, let llama.cpp print its log to stderr (config "log": true).
+void enable_log_to_stderr();
+
+// llama.cpp's error lines logged on this thread since the last clear (bounded).
+std::string & thread_log_errors();
+
+}  // namespace el

@@ -1,0 +1,44 @@
+// config.h -- the el_open configuration: its keys, their defaults and their checks.
+//
+// Invariant: a Config that parse_config returns is complete and in range, so the
+// engine never has to re-validate a setting; the defaults here are the ones
+// documented in el_shim.h.
+#pragma once
+
+#include "llama.h"
+
+#include <cstdint>
+#include <string>
+
+namespace el {
+
+struct Config {
+    std::string model;
+    int32_t     n_ctx         = 4096;
+    int32_t     n_batch       = 512;
+    int32_t     n_threads     = 0;
+    int32_t     n_gpu_layers  = 0;
+    uint32_t    seed          = LLAMA_DEFAULT_SEED;
+    float       temperature   = 0.8f;
+    float       top_p         = 0.95f;
+    int32_t     top_k         = 40;
+    float       min_p         = 0.05f;
+    int32_t     max_tokens    = 512;
+    bool        swa_full      = false;
+    std::string flash_attn    = "auto";
+    int32_t     n_checkpoints = 8;
+    int32_t     n_seq         = 1;
+    int32_t     state_cache_mib = 256;
+    std::string chat_template;
+    bool        tool_call_recovery = true;
+    bool        log           = false;
+};
+
+// Parse and check el_open's config_json; throws UserError naming the bad key.
+Config parse_config(const char * config_json);
+
+// A readable reason for the common mistakes (missing file, not GGUF), which
+// llama_model_load_from_file reports only as "failed".
+void check_model_file(const std::string & path);
+
+}  // namespace el

@@ -1,0 +1,52 @@
+// delta_stream.h -- what a streaming caller sees while the model writes: OpenAI-style
+// deltas, stop strings found in the raw text, and text held back until it is safe.
+//
+// Invariant: the deltas sent, concatenated, are always a prefix of the final result's
+// content, reasoning and tool calls (and equal to them after the final update): text
+// that may still turn out to be a stop string, an incomplete UTF-8 sequence or a
+// recovered tool call is held back rather than sent and taken back.
+#pragma once
+
+#include "chat.h"
+#include "el_shim.h"
+
+#include <string>
+#include <vector>
+
+namespace el {
+
+// Where the text of a stop string starts, if it has appeared; else how many
+// trailing bytes could still be the start of one and must be held back.
+struct StopScan {
+    size_t found = std::string::npos;
+    size_t hold  = 0;
+};
+
+StopScan scan_stops(const std::string & text, const std::vector<std::string> & stops);
+
+// Length of the longest prefix of s that does not end inside a UTF-8 sequence.
+size_t utf8_complete_prefix(const std::string & s);
+
+// Emits OpenAI-style deltas: the difference between what was sent so far and
+// the newest parse of the output. Content that may yet turn out to be a
+// recovered tool call is held back until the end.
+class DeltaStream {
+  public:
+    DeltaStream(el_stream_cb cb, void * user_data, bool hold_json) : cb_(cb), user_data_(user_data), hold_json_(hold_json) {}
+
+    // Returns false when the callback asked to stop.
+    bool update(common_chat_msg msg, bool final);
+
+    // {"prompt_progress": {"processed", "total"}}: prompt tokens evaluated so far
+    // (not counting those reused from the cache). The return value is ignored:
+    // stopping mid-prompt is what el_cancel is for.
+    void progress(size_t processed, size_t total);
+
+  private:
+    el_stream_cb    cb_;
+    void *          user_data_;
+    bool            hold_json_;
+    common_chat_msg sent_;
+};
+
+}  // namespace el

@@ -1,0 +1,96 @@
+// engine.h -- the engine behind one handle: the model, its context and chat templates,
+// the conversation slots, and the steps of one generate call.
+//
+// Invariant: calls run one at a time under `mu`; from the moment a call touches a slot's
+// cache until it completes, a CacheGuard clears that slot on any way out that leaves the
+// cache and its mirror out of step; after a fatal backend error the engine is dead and
+// runs nothing again.
+#pragma once
+
+#include "chat.h"
+#include "config.h"
+#include "el_shim.h"
+#include "json_args.h"
+#include "llama.h"
+#include "slots.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+struct common_sampler;
+
+namespace el {
+
+struct Request;
+struct CallReport;
+class DeltaStream;
+
+class Engine {
+  public:
+    Engine() = default;
+    ~Engine();
+
+    // Load the model, its templates and a context; throws UserError on bad config. Two
+    // steps rather than a constructor, so that the destructor frees a half-open engine.
+    void open(const char * config_json);
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+
+    // One generate call (el_generate / el_generate_stream); the caller holds `mu`.
+    std::string run(const char * messages_json, const char * tools_json, const char * options_json,
+                    el_stream_cb callback, void * user_data);
+
+    // el_stats' object; the caller holds `mu`.
+    json stats() const;
+
+    // el_forget; the caller holds `mu`.
+    void forget(const char * session) { slots_->forget(session); }
+
+    // Why the engine is dead (empty while it is alive).
+    const std::string & dead_reason() const { return dead_reason_; }
+
+    std::mutex           mu;             // serializes calls on this handle
+    std::atomic<bool>    cancel{false};  // set by el_cancel / el_close, read by the abort callback
+    std::atomic<int64_t> deadline_ns{0};
+
+  private:
+    void create_context();
+    bool should_stop() const;
+    static bool abort_callback(void * data);
+    [[noreturn]] void decode_failed(int32_t rc, const char * where);
+    std::string new_call_id();
+
+    // The steps of run(), in order.
+    void        reuse(const Request & req, CallReport & rep);
+    void        prefill(const Request & req, DeltaStream & stream, bool streaming, CallReport & rep);
+    std::string decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
+                       CallReport & rep);
+
+    int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
+                     const std::function<void(size_t)> & progress = nullptr);
+    json    logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
+
+    Config                    cfg_;
+    llama_model *             model_ = nullptr;
+    llama_context *           ctx_   = nullptr;
+    const llama_vocab *       vocab_ = nullptr;
+    common_chat_templates_ptr templates_;
+    std::unique_ptr<Slots>    slots_;
+    PromptCache *             cache_ = nullptr;  // the slot serving the current call
+    int32_t                   n_ctx_ = 0;        // tokens per slot
+    llama_batch               batch_{};          // n_batch tokens, reused by every evaluate()
+    std::mt19937_64           rng_{std::random_device{}()};
+
+    // Set when the backend fails fatally (a lost GPU, a failed compute): every later
+    // call on the handle is refused, since nothing it computes could be trusted.
+    std::string dead_reason_;
+    bool        simulate_device_loss_ = false;  // test hook: llama_decode reports a fatal backend error
+};
+
+}  // namespace el

@@ -1,0 +1,470 @@
+// request.cpp -- from the caller's JSON to a runnable Request; see request.h.
+//
+// The steps, in order: read the three JSON arguments, the test hooks, the sampling
+// options, tool choice and response format; render the prompt with the model's chat
+// template; choose the grammar; tokenize and check that the prompt fits.
+
+#include "request.h"
+
+#include "common.h"
+#include "json-schema-to-grammar.h"
+#include "json_args.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
+namespace el {
+
+namespace {
+
+// The grammar that forces a tool call: {"name": N, "arguments": <N's schema>},
+// one of the offered tools (or only the named one), optionally a list of them.
+std::string forced_call_grammar(const json & tools, const std::string & only, bool parallel) {
+    json variants = json::array();
+    for (const json & t : tools) {
+        const json & fn = t["function"];
+        const std::string name = fn["name"].get<std::string>();
+        if (!only.empty() && name != only) {
+            continue;
+        }
+        json params = fn.contains("parameters") && fn["parameters"].is_object() && !fn["parameters"].empty()
+                          ? fn["parameters"]
+                          : json{{"type", "object"}};
+        variants.push_back(json{{"type", "object"},
+                                {"properties", json{{"name", json{{"const", name}}}, {"arguments", params}}},
+                                {"required", json::array({"name", "arguments"})},
+                                {"additionalProperties", false}});
+    }
+    json call = variants.size() == 1 ? variants[0] : json{{"anyOf", variants}};
+    json schema = parallel ? json{{"anyOf", json::array({call, json{{"type", "array"}, {"items", call}, {"minItems", 1}}})}}
+                           : call;
+    return json_schema_to_grammar(common_json::parse(dump(schema)));
+}
+
+void check_messages(const json & messages) {
+    if (!messages.is_array()) {
+        fail("messages must be a JSON array");
+    }
+    if (messages.empty()) {
+        fail("messages is empty");
+    }
+    static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+    for (size_t i = 0; i < messages.size(); i++) {
+        const json & m = messages[i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) {
+            fail(where + " must be an object");
+        }
+        if (!m.contains("role") || !m["role"].is_string()) {
+            fail(where + " needs a string \"role\"");
+        }
+        const std::string role = m["role"].get<std::string>();
+        if (!roles.count(role)) {
+            fail(where + " has unknown role \"" + role + "\" (expected system, developer, user, assistant or tool)");
+        }
+        const json * content = find(m, "content");
+        if (content != nullptr && !content->is_string() && !content->is_array()) {
+            fail(where + ".content must be a string, an array of parts or null");
+        }
+        if (content != nullptr && content->is_array()) {
+            for (const json & part : *content) {
+                if (!part.is_object() || get_string(part, "type", "") != "text" || !part.contains("text") ||
+                    !part["text"].is_string()) {
+                    fail(where + ".content parts must be {\"type\": \"text\", \"text\": string}");
+                }
+            }
+        }
+        const json * calls = find(m, "tool_calls");
+        if (calls != nullptr) {
+            if (role != "assistant" || !calls->is_array()) {
+                fail(where + ".tool_calls must be an array on an assistant message");
+            }
+            for (const json & c : *calls) {
+                if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+                    !c["function"].contains("name") || !c["function"]["name"].is_string() ||
+                    !c["function"].contains("arguments")) {
+                    fail(where + ".tool_calls entries must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+                }
+            }
+        } else if (content == nullptr) {
+            fail(where + " needs \"content\"");
+        }
+    }
+}
+
+// OpenAI allows "type" to be omitted on tool calls in history; common/ does not.
+json normalize_messages(json messages) {
+    for (json & m : messages) {
+        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+            for (json & c : m["tool_calls"]) {
+                if (!c.contains("type")) {
+                    c["type"] = "function";
+                }
+            }
+            if (!m.contains("content")) {
+                m["content"] = nullptr;
+            }
+        }
+    }
+    return messages;
+}
+
+void check_tools(const json & tools) {
+    if (!tools.is_array()) {
+        fail("tools must be a JSON array");
+    }
+    std::set<std::string> seen;
+    for (size_t i = 0; i < tools.size(); i++) {
+        const json & t = tools[i];
+        const std::string where = "tools[" + std::to_string(i) + "]";
+        if (!t.is_object() || get_string(t, "type", "function") != "function" || !t.contains("function") ||
+            !t["function"].is_object()) {
+            fail(where + " must be {\"type\": \"function\", \"function\": {...}}");
+        }
+        const json & fn = t["function"];
+        const std::string name = get_string(fn, "name", "");
+        if (name.empty()) {
+            fail(where + ".function needs a non-empty \"name\"");
+        }
+        if (!seen.insert(name).second) {
+            fail(where + ": duplicate tool name \"" + name + "\"");
+        }
+        const json * params = find(fn, "parameters");
+        if (params != nullptr && !params->is_object()) {
+            fail(where + ".function.parameters must be a JSON schema object");
+        }
+        get_string(fn, "description", "");
+    }
+}
+
+struct Inputs {
+    json messages;
+    json tools;
+    json opt;
+};
+
+Inputs read_inputs(const char * messages_json, const char * tools_json, const char * options_json) {
+    Inputs in;
+    in.messages = parse_json_arg(messages_json, "messages");
+    check_messages(in.messages);
+    in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
+    if (in.tools.is_null()) {
+        in.tools = json::array();
+    }
+    check_tools(in.tools);
+    in.opt = options_json == nullptr ? json::object() : parse_json_arg(options_json, "options");
+    if (in.opt.is_null()) {
+        in.opt = json::object();
+    }
+    if (!in.opt.is_object()) {
+        fail("options must be a JSON object");
+    }
+    reject_unknown_keys(in.opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+                                 "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
+                                 "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
+                                 "timeout_ms", "cache_prompt", "session", "_test"}, "options");
+    return in;
+}
+
+// The "_test" hooks; returns the largest top_logprobs the call may ask for.
+int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r) {
+    int32_t max_top_logprobs = 20;
+    if (const json * t = find(opt, "_test")) {
+#ifdef EL_TEST_HOOKS
+        if (!t->is_object()) {
+            fail("\"_test\" must be an object");
+        }
+        reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "device_lost"}, "_test");
+        r.device_lost = get_bool(*t, "device_lost", false);
+        if (find(*t, "output") != nullptr) {
+            r.canned_output = get_string(*t, "output", "");
+            r.has_canned_output = true;
+        }
+        max_top_logprobs = llama_vocab_n_tokens(vocab);
+        const std::string reuse = get_string(*t, "reuse", "checked");
+        r.unsafe_reuse = reuse == "trust_seq_rm" ? UnsafeReuse::TrustSeqRm
+                       : reuse == "corrupt"      ? UnsafeReuse::Corrupt
+                                                 : UnsafeReuse::None;
+        r.fail_after_prefill = get_bool(*t, "fail_after_prefill", false);
+#else
+        (void) t;
+        (void) vocab;
+        (void) r;
+        fail("\"_test\" hooks are not compiled into this library");
+#endif
+    }
+    return max_top_logprobs;
+}
+
+void read_logit_bias(const json & opt, const llama_vocab * vocab, common_params_sampling & s) {
+    if (const json * bias = find(opt, "logit_bias")) {
+        if (!bias->is_object()) {
+            fail("\"logit_bias\" must be an object {\"<token id>\": bias}");
+        }
+        const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+        for (auto it = bias->begin(); it != bias->end(); ++it) {
+            char * end = nullptr;
+            long id = std::strtol(it.key().c_str(), &end, 10);
+            if (it.key().empty() || *end != '\0' || id < 0 || id >= n_vocab) {
+                fail("\"logit_bias\" key \"" + it.key() + "\" is not a token id of this model (0.." +
+                     std::to_string(n_vocab - 1) + ")");
+            }
+            if (!it.value().is_number() || !std::isfinite(it.value().get<double>())) {
+                fail("\"logit_bias\" values must be finite numbers");
+            }
+            s.logit_bias.push_back({(llama_token) id, std::clamp(it.value().get<float>(), -100.0f, 100.0f)});
+        }
+    }
+    if (get_bool(opt, "ignore_eos", false)) {
+        // Generate until max_tokens (benchmarks): no end-of-generation token can be sampled.
+        for (llama_token t = 0; t < llama_vocab_n_tokens(vocab); t++) {
+            if (llama_vocab_is_eog(vocab, t)) {
+                s.logit_bias.push_back({t, -INFINITY});
+            }
+        }
+    }
+}
+
+// Sampling, limits, logprobs and stop strings.
+void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logprobs, Request & r) {
+    const Config & cfg = m.cfg;
+    common_params_sampling & s = r.sampling;
+    s.temp  = (float) get_number(opt, "temperature", cfg.temperature, -1e9, 1e9);
+    s.top_p = (float) get_number(opt, "top_p", cfg.top_p, 0.0, 1.0);
+    s.top_k = (int32_t) get_int(opt, "top_k", cfg.top_k, 0, INT32_MAX);
+    s.min_p = (float) get_number(opt, "min_p", cfg.min_p, 0.0, 1.0);
+    s.seed  = (uint32_t) get_int(opt, "seed", cfg.seed, 0, UINT32_MAX);
+    s.no_perf = true;
+    r.max_tokens = (int32_t) get_int(opt, "max_tokens", cfg.max_tokens, 1, INT32_MAX);
+    r.timeout_ms = get_number(opt, "timeout_ms", 0, 0, 1e12);
+    r.recover    = get_bool(opt, "tool_call_recovery", cfg.tool_call_recovery);
+
+    if (get_bool(opt, "logprobs", false)) {
+        r.top_logprobs = (int32_t) get_int(opt, "top_logprobs", 0, 0, 20);
+        if (const json * t = find(opt, "_test")) {
+            r.top_logprobs = (int32_t) get_int(*t, "top_logprobs", r.top_logprobs, 0, max_top_logprobs);
+        }
+    } else if (find(opt, "top_logprobs") != nullptr) {
+        fail("\"top_logprobs\" needs \"logprobs\": true");
+    }
+    read_logit_bias(opt, m.vocab, s);
+    if (const json * stop = find(opt, "stop")) {
+        for (const json & x : stop->is_array() ? *stop : json::array({*stop})) {
+            if (!x.is_string()) {
+                fail("\"stop\" must be a string or an array of strings");
+            }
+            if (!x.get<std::string>().empty()) {
+                r.stops.push_back(x.get<std::string>());
+            }
+        }
+    }
+}
+
+// tool_choice; returns the named function, if one is named.
+std::string read_tool_choice(const json & opt, const json & tools, Request & r) {
+    static const char * expected =
+        "\"tool_choice\" must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+    std::string named;
+    if (const json * tc = find(opt, "tool_choice")) {
+        if (tc->is_string()) {
+            const std::string v = tc->get<std::string>();
+            if (v == "auto") {
+                r.tool_choice = ToolChoice::Auto;
+            } else if (v == "none") {
+                r.tool_choice = ToolChoice::None;
+            } else if (v == "required") {
+                r.tool_choice = ToolChoice::Required;
+            } else {
+                fail(expected);
+            }
+        } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object()) {
+            named = get_string((*tc)["function"], "name", "");
+            r.tool_choice = ToolChoice::Named;
+        } else {
+            fail(expected);
+        }
+    }
+    for (const json & t : tools) {
+        r.tool_names.insert(t["function"]["name"].get<std::string>());
+    }
+    if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) && tools.empty()) {
+        fail("\"tool_choice\" asks for a tool call but no tools were given");
+    }
+    if (r.tool_choice == ToolChoice::Named && !r.tool_names.count(named)) {
+        fail("\"tool_choice\" names \"" + named + "\", which is not among the tools");
+    }
+    return named;
+}
+
+// response_format; returns the schema the output must match, or null.
+json read_response_format(const json & opt, bool tools_active) {
+    json schema;
+    if (const json * rf = find(opt, "response_format")) {
+        const std::string type = rf->is_object() ? get_string(*rf, "type", "") : "";
+        if (type == "json_object") {
+            schema = rf->contains("schema") ? (*rf)["schema"] : json{{"type", "object"}};
+        } else if (type == "json_schema") {
+            const json * js = find(*rf, "json_schema");
+            if (js == nullptr || !js->is_object() || !js->contains("schema")) {
+                fail("\"response_format\" json_schema needs {\"json_schema\": {\"schema\": {...}}}");
+            }
+            schema = (*js)["schema"];
+        } else if (type != "text") {
+            fail("\"response_format\" must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+        }
+        if (!schema.is_null() && !schema.is_object()) {
+            fail("\"response_format\" schema must be a JSON object");
+        }
+        if (!schema.is_null() && tools_active) {
+            fail("\"response_format\" cannot be combined with tools unless \"tool_choice\" is \"none\"");
+        }
+    }
+    return schema;
+}
+
+// Render the prompt with the model's own template, and set up the output parser.
+common_chat_templates_inputs render(const ModelView & m, const json & messages, const json & tools, bool parallel,
+                                    bool tools_active, Request & r) {
+    common_chat_templates_inputs in;
+    try {
+        in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(dump(normalize_messages(messages))));
+        in.tools    = common_chat_tools_parse_oaicompat(common_json::parse(dump(tools)));
+    } catch (const std::exception & e) {
+        fail(e.what());
+    }
+    in.tool_choice         = r.tool_choice == ToolChoice::None ? COMMON_CHAT_TOOL_CHOICE_NONE : COMMON_CHAT_TOOL_CHOICE_AUTO;
+    in.parallel_tool_calls = parallel;
+    in.reasoning_format    = COMMON_REASONING_FORMAT_AUTO;
+    in.add_bos             = llama_vocab_get_add_bos(m.vocab);
+    in.add_eos             = llama_vocab_get_add_eos(m.vocab);
+    if (in.messages.back().role == "assistant") {
+        // Continue a partial assistant message rather than open a new one.
+        in.add_generation_prompt  = false;
+        in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
+    }
+    const auto t_template = std::chrono::steady_clock::now();
+    try {
+        r.chat = common_chat_templates_apply(m.templates, in);
+    } catch (const std::exception & e) {
+        fail(std::string("chat template failed: ") + e.what());
+    }
+    r.ms_template = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_template).count();
+
+    r.parser = common_chat_parser_params(r.chat);
+    r.parser.reasoning_format = COMMON_REASONING_FORMAT_AUTO;
+    r.parser.parse_tool_calls = tools_active;
+    r.parser.is_continuation  = in.continue_final_message != COMMON_CHAT_CONTINUATION_NONE;
+    if (!r.chat.parser.empty()) {
+        r.parser.parser.load(r.chat.parser);
+    }
+    for (const auto & stop : r.chat.additional_stops) {
+        r.stops.push_back(stop);
+    }
+    return in;
+}
+
+// The template's (lazy) tool-call grammar, exactly as llama-server applies it.
+void use_template_grammar(const llama_vocab * vocab, const common_chat_params & chat, common_params_sampling & s) {
+    s.grammar           = common_grammar(COMMON_GRAMMAR_TYPE_TOOL_CALLS, chat.grammar);
+    s.grammar_lazy      = chat.grammar_lazy;
+    s.generation_prompt = chat.generation_prompt;
+    for (const auto & t : chat.preserved_tokens) {
+        auto ids = common_tokenize(vocab, t, false, true);
+        if (ids.size() == 1) {
+            s.preserved_tokens.insert(ids[0]);
+        }
+    }
+    for (const auto & trig : chat.grammar_triggers) {
+        auto ids = trig.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD ? common_tokenize(vocab, trig.value, false, true)
+                                                                 : std::vector<llama_token>{};
+        if (ids.size() == 1 && s.preserved_tokens.count(ids[0])) {
+            s.grammar_triggers.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN, trig.value, ids[0]});
+        } else {
+            s.grammar_triggers.push_back(trig);
+        }
+    }
+}
+
+// Grammar: ours where the output must be valid by construction, else the template's.
+void choose_grammar(const llama_vocab * vocab, const json & tools, const std::string & named, bool parallel,
+                    bool forced, bool tools_active, const json & schema, Request & r) {
+    common_params_sampling & s = r.sampling;
+    try {
+        if (forced) {
+            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, forced_call_grammar(tools, named, parallel));
+        } else if (!schema.is_null()) {
+            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, json_schema_to_grammar(common_json::parse(dump(schema))));
+        } else if (tools_active && !r.chat.grammar.empty()) {
+            use_template_grammar(vocab, r.chat, s);
+        }
+    } catch (const UserError &) {
+        throw;
+    } catch (const std::exception & e) {
+        fail(std::string("schema cannot be turned into a grammar: ") + e.what());
+    }
+}
+
+std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::string & text) {
+    std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
+    const llama_token bos = llama_vocab_bos(vocab);
+    if (toks.size() >= 2 && toks[0] == bos && toks[1] == bos) {
+        toks.erase(toks.begin());  // the template wrote a BOS and the tokenizer added one
+    }
+    return toks;
+}
+
+// How many leading tokens of `prompt` render every message but the last: the
+// template applied to the history alone, tokenized, matched against the prompt.
+size_t history_length(const ModelView & m, common_chat_templates_inputs in, const std::vector<llama_token> & prompt) {
+    in.messages.pop_back();
+    in.add_generation_prompt  = false;
+    in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
+    std::vector<llama_token> history;
+    try {
+        history = tokenize_prompt(m.vocab, common_chat_templates_apply(m.templates, in).prompt);
+    } catch (const std::exception &) {
+        return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
+    }
+    return common_prefix(history, prompt);
+}
+
+}  // namespace
+
+Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
+                      const char * options_json) {
+    Request r;
+    const Inputs inputs = read_inputs(messages_json, tools_json, options_json);
+    const json & opt = inputs.opt;
+    r.session      = get_string(opt, "session", "");
+    r.cache_prompt = get_bool(opt, "cache_prompt", true);
+    read_sampling(opt, m, read_test_hooks(opt, m.vocab, r), r);
+
+    const std::string named = read_tool_choice(opt, inputs.tools, r);
+    const bool parallel     = get_bool(opt, "parallel_tool_calls", true);
+    const bool forced       = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
+    const bool tools_active = !inputs.tools.empty() && r.tool_choice != ToolChoice::None;
+    const json schema       = read_response_format(opt, tools_active);
+
+    const common_chat_templates_inputs in = render(m, inputs.messages, inputs.tools, parallel, tools_active, r);
+    choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
+    // Forced calls are written as JSON by construction; recovery is how they are read.
+    r.recover = forced || (r.recover && tools_active);
+
+    r.prompt = tokenize_prompt(m.vocab, r.chat.prompt);
+    if (r.prompt.empty()) {
+        fail("the rendered prompt is empty");
+    }
+    if (m.wants_checkpoints && in.messages.size() > 1) {
+        r.last_message_start = history_length(m, in, r.prompt);
+    }
+    if ((int32_t) r.prompt.size() >= m.n_ctx) {
+        fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+             std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
+    }
+    return r;
+}
+
+}  // namespace el

@@ -1,0 +1,78 @@
+// result.cpp -- from generated text to el_generate's result; see result.h.
+
+#include "result.h"
+
+#include "el_shim.h"
+#include "tool_recovery.h"
+
+namespace el {
+
+namespace {
+
+json tool_calls_json(const std::vector<common_chat_tool_call> & calls) {
+    json arr = json::array();
+    for (const auto & c : calls) {
+        arr.push_back(json{{"id", c.id}, {"type", "function"}, {"function", json{{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return arr;
+}
+
+}  // namespace
+
+common_chat_msg parse_output(const std::string & text, const Request & req, const std::function<std::string()> & new_id) {
+    common_chat_msg msg;
+    try {
+        msg = common_chat_parse(text, false, req.parser);
+    } catch (const std::exception &) {
+        msg = common_chat_msg();
+        msg.content = text;  // unparseable: return it as text rather than lose it
+    }
+    if (req.recover && msg.tool_calls.empty() && recover_tool_calls(msg.content, req.tool_names, msg.tool_calls)) {
+        msg.content.clear();
+    }
+    for (auto & tc : msg.tool_calls) {
+        if (tc.id.empty()) {
+            tc.id = new_id();
+        }
+    }
+    return msg;
+}
+
+json result_json(const common_chat_msg & msg, const CallReport & r, bool with_logprobs) {
+    json tool_calls = tool_calls_json(msg.tool_calls);
+    json content = msg.content.empty() && !msg.tool_calls.empty() ? json(nullptr) : json(msg.content);
+    json reasoning = msg.reasoning_content.empty() ? json(nullptr) : json(msg.reasoning_content);
+    json message = {{"role", "assistant"}, {"content", content}};
+    if (!msg.tool_calls.empty()) {
+        message["tool_calls"] = tool_calls;
+    }
+    if (!reasoning.is_null()) {
+        message["reasoning_content"] = reasoning;
+    }
+    json out = {
+        {"message", message},
+        {"content", content},
+        {"reasoning_content", reasoning},
+        {"tool_calls", tool_calls},
+        {"finish_reason", r.finish_reason},
+        {"truncated", r.truncated},
+        {"usage", {{"prompt_tokens", r.n_prompt}, {"completion_tokens", r.n_decoded}, {"total_tokens", r.n_prompt + r.n_decoded}}},
+        {"n_prompt", r.n_prompt},
+        {"n_reused", r.n_reused},
+        {"n_decoded", r.n_decoded},
+        {"ms_prepare", r.ms_prepare},
+        {"ms_template", r.ms_template},
+        {"ms_reset", r.ms_reset},
+        {"ms_prefill", r.ms_prefill},
+        {"ms_decode", r.ms_decode},
+        {"slot", r.slot},
+        {"restored_from_host", r.restored_from_host},
+        {"abi_version", EL_ABI_VERSION},
+    };
+    if (with_logprobs) {
+        out["logprobs"] = json{{"content", r.logprobs}};
+    }
+    return out;
+}
+
+}  // namespace el

@@ -1,0 +1,168 @@
+// slots.cpp -- slot routing and the host-memory state cache; see slots.h.
+
+#include "slots.h"
+
+#include <tuple>
+
+namespace el {
+
+Slots::Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_checkpoints, int32_t n_seq,
+             int32_t state_cache_mib)
+    : host_limit_((size_t) state_cache_mib << 20) {
+    for (int32_t i = 0; i < n_seq; i++) {
+        slots_.push_back(Slot{std::make_unique<PromptCache>(ctx, i, kind, n_swa, n_checkpoints), "", 0});
+    }
+}
+
+// Which slot serves this call: the one pinned to its session; else the slot whose
+// cached tokens share the longest prefix with the prompt, counting only slots the
+// prompt shares at least half of (ties: the most recently used); else a slot to
+// evict (see below).
+// Deterministic: the same history of calls always picks the same slots.
+size_t Slots::pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
+    size_t chosen = slots_.size();
+    if (!session.empty()) {
+        for (size_t i = 0; i < slots_.size(); i++) {
+            if (slots_[i].session == session) {
+                chosen = i;
+            }
+        }
+    }
+    if (chosen == slots_.size() && session.empty()) {
+        size_t best = 0;
+        for (size_t i = 0; i < slots_.size(); i++) {
+            const auto & toks = slots_[i].cache->tokens();
+            const size_t n = common_prefix(toks, prompt);
+            // A prefix counts only if it is at least half of what the slot holds: a
+            // few shared template tokens must not cost another conversation its slot.
+            if (2 * n < toks.size()) {
+                continue;
+            }
+            if (n > best || (n == best && n > 0 && slots_[i].last_used > slots_[chosen].last_used)) {
+                best   = n;
+                chosen = i;
+            }
+        }
+    }
+    if (chosen == slots_.size()) {
+        // Evict in this order: an empty slot, then the least recently used slot no
+        // session is pinned to, then the least recently used pinned one.
+        auto rank = [&](const Slot & x) {
+            return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
+        };
+        chosen = 0;
+        for (size_t i = 1; i < slots_.size(); i++) {
+            if (rank(slots_[i]) < rank(slots_[chosen])) {
+                chosen = i;
+            }
+        }
+        Slot & victim = slots_[chosen];
+        stash(victim);
+        if (!victim.session.empty() && victim.session != session) {
+            victim.session.clear();  // that session lost its slot; its state may wait in host memory
+        }
+        if (!session.empty()) {
+            victim.session = session;
+        }
+        restored_from_host = unstash(victim, session, prompt);
+    }
+    slots_[chosen].last_used = ++clock_;
+    return chosen;
+}
+
+// Keep an evicted conversation in host memory (llama-server does the same), so that
+// when it comes back its prefix is restored instead of evaluated again.
+void Slots::stash(const Slot & victim) {
+    if (host_limit_ == 0 || victim.cache->tokens().empty()) {
+        return;
+    }
+    PromptCache::Saved saved;
+    saved.session = victim.session;
+    if (!victim.cache->save(saved) || saved.data.size() > host_limit_) {
+        return;
+    }
+    host_bytes_ += saved.data.size();
+    host_cache_.push_front(std::move(saved));
+    while (host_bytes_ > host_limit_) {
+        host_bytes_ -= host_cache_.back().data.size();
+        host_cache_.pop_back();
+    }
+}
+
+// Restore the saved conversation that shares the longest prefix with the prompt (by
+// the same rule as slot routing, and for a session only its own), if any.
+bool Slots::unstash(Slot & slot, const std::string & session, const std::vector<llama_token> & prompt) {
+    auto best = host_cache_.end();
+    size_t best_n = 0;
+    for (auto it = host_cache_.begin(); it != host_cache_.end(); ++it) {
+        if (it->session != session) {
+            continue;
+        }
+        const size_t n = common_prefix(it->tokens, prompt);
+        if (n > best_n && 2 * n >= it->tokens.size()) {
+            best_n = n;
+            best   = it;
+        }
+    }
+    if (best == host_cache_.end()) {
+        return false;  // the slot keeps its tokens: prepare() still reuses any prefix they share
+    }
+    const bool restored = slot.cache->load(*best);
+    host_bytes_ -= best->data.size();
+    host_cache_.erase(best);
+    return restored;
+}
+
+void Slots::drop_host_cache(const char * session) {
+    for (auto it = host_cache_.begin(); it != host_cache_.end();) {
+        if (session == nullptr || it->session == session) {
+            host_bytes_ -= it->data.size();
+            it = host_cache_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void Slots::forget(const char * session) {
+    for (auto & slot : slots_) {
+        if (session == nullptr || slot.session == session) {
+            slot.cache->clear();
+            slot.session.clear();
+        }
+    }
+    drop_host_cache(session);
+}
+
+void Slots::clear_caches() {
+    for (Slot & slot : slots_) {
+        slot.cache->clear();
+    }
+}
+
+void Slots::release_host_state() {
+    slots_.clear();  // checkpoints are host buffers; the cache itself is not touched
+    host_cache_.clear();
+    host_bytes_ = 0;
+}
+
+json Slots::stats() const {
+    json per_slot = json::array();
+    size_t tokens = 0, checkpoints = 0, bytes = 0;
+    for (size_t i = 0; i < slots_.size(); i++) {
+        const auto & slot = slots_[i];
+        per_slot.push_back(json{{"slot", i},
+                                {"session", slot.session.empty() ? json(nullptr) : json(slot.session)},
+                                {"n_tokens", slot.cache->tokens().size()},
+                                {"n_checkpoints", slot.cache->n_checkpoints()},
+                                {"checkpoint_bytes", slot.cache->checkpoint_bytes()}});
+        tokens += slot.cache->tokens().size();
+        checkpoints += slot.cache->n_checkpoints();
+        bytes += slot.cache->checkpoint_bytes();
+    }
+    return json{{"n_tokens", tokens}, {"n_checkpoints", checkpoints}, {"checkpoint_bytes", bytes},
+                {"n_slots", slots_.size()}, {"slots", per_slot},
+                {"host_cache", {{"entries", host_cache_.size()}, {"bytes", host_bytes_}, {"limit_bytes", host_limit_}}}};
+}
+
+}  // namespace el
