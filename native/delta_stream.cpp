@@ -9,10 +9,10 @@
 
 namespace el {
 
-StopScan scan_stops(const std::string & text, const std::vector<std::string> & stops) {
+StopScan scan_stops(const std::string & text, size_t from, const std::vector<std::string> & stops) {
     StopScan r;
     for (const auto & s : stops) {
-        size_t at = text.find(s);
+        size_t at = text.find(s, from);
         if (at != std::string::npos) {
             r.found = std::min(r.found, at);
         }
@@ -46,6 +46,7 @@ bool DeltaStream::update(common_chat_msg msg, bool final) {
     if (!final && hold_json_ && sent_.content.empty() && may_become_tool_call(msg.content)) {
         msg.content.clear();
     }
+    assign_ids(msg);
     json delta = json::object();
     if (msg.reasoning_content.size() > sent_.reasoning_content.size() &&
         msg.reasoning_content.compare(0, sent_.reasoning_content.size(), sent_.reasoning_content) == 0) {

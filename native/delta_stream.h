@@ -10,6 +10,7 @@
 #include "chat.h"
 #include "el_shim.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,10 @@ struct StopScan {
     size_t hold  = 0;
 };
 
-StopScan scan_stops(const std::string & text, const std::vector<std::string> & stops);
+// Only matches starting at or after `from` are looked for: the caller passes the first
+// position a newly appended piece can complete (the old length less the longest stop
+// string, plus one), so a generation's scans cost O(new text), not O(text) per token.
+StopScan scan_stops(const std::string & text, size_t from, const std::vector<std::string> & stops);
 
 // Length of the longest prefix of s that does not end inside a UTF-8 sequence.
 size_t utf8_complete_prefix(const std::string & s);
@@ -32,10 +36,16 @@ size_t utf8_complete_prefix(const std::string & s);
 // recovered tool call is held back until the end.
 class DeltaStream {
   public:
-    DeltaStream(el_stream_cb cb, void * user_data, bool hold_json) : cb_(cb), user_data_(user_data), hold_json_(hold_json) {}
+    DeltaStream(el_stream_cb cb, void * user_data, bool hold_json, std::function<std::string()> new_id)
+        : cb_(cb), user_data_(user_data), hold_json_(hold_json), new_id_(std::move(new_id)) {}
 
     // Returns false when the callback asked to stop.
     bool update(common_chat_msg msg, bool final);
+
+    // Give the message's tool calls the ids already announced for them, by position,
+    // and new ids to calls not seen before (llama.cpp's set_tool_call_ids): the first
+    // delta of a call and the final result carry the same id.
+    void assign_ids(common_chat_msg & msg) { msg.set_tool_call_ids(ids_, new_id_); }
 
     // {"prompt_progress": {"processed", "total"}}: prompt tokens evaluated so far
     // (not counting those reused from the cache). The return value is ignored:
@@ -46,6 +56,8 @@ class DeltaStream {
     el_stream_cb    cb_;
     void *          user_data_;
     bool            hold_json_;
+    std::function<std::string()> new_id_;
+    std::vector<std::string>     ids_;
     common_chat_msg sent_;
 };
 

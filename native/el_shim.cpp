@@ -28,6 +28,8 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <chrono>
+#include <thread>
 #include <string>
 #include <unordered_map>
 
@@ -87,23 +89,44 @@ template <typename F> char * guarded(F && body) {
     return s != nullptr ? s : to_c_string("{\"error\":\"out of memory\"}");
 }
 
+// A handle's engine with its lock held, or no engine when the handle is invalid or was
+// closed while this thread waited for the lock. The closing flag, not a second registry
+// lookup, is what tells: el_close sets it before it waits, and it is never reset.
+struct Locked {
+    std::shared_ptr<Engine>      engine;
+    std::unique_lock<std::mutex> lock;
+};
+
+Locked lock_engine(el_handle * handle) {
+    Locked l;
+    l.engine = lookup(handle);
+    if (l.engine) {
+        l.lock = std::unique_lock<std::mutex>(l.engine->mu);
+        if (l.engine->closing) {
+            l.lock.unlock();
+            l.engine.reset();  // el_close holds its own reference until this one is gone
+        }
+    }
+    return l;
+}
+
 char * generate_on(el_handle * handle, const char * messages_json, const char * tools_json, const char * options_json,
                    el_stream_cb callback, void * user_data) {
     return guarded([&]() -> std::string {
-        std::shared_ptr<Engine> e = lookup(handle);
-        if (!e) {
+        // The cancel epoch is read before waiting for the handle: an el_cancel that comes
+        // while this call waits (or runs) stops it, whatever the timing.
+        const std::shared_ptr<Engine> seen = lookup(handle);
+        const uint64_t epoch = seen ? seen->cancel_epoch.load() : 0;
+        Locked l = lock_engine(handle);
+        if (!l.engine || l.engine != seen) {
             return error_json("invalid or closed handle");
         }
-        std::lock_guard<std::mutex> lock(e->mu);
-        if (!lookup(handle)) {
-            return error_json("invalid or closed handle");  // closed while we waited
+        if (!l.engine->dead_reason().empty()) {
+            return error_json(l.engine->dead_reason());
         }
-        if (!e->dead_reason().empty()) {
-            return error_json(e->dead_reason());
-        }
-        e->cancel = false;
-        e->deadline_ns = 0;
-        return e->run(messages_json, tools_json, options_json, callback, user_data);
+        l.engine->call_epoch  = epoch;
+        l.engine->deadline_ns = 0;
+        return l.engine->run(messages_json, tools_json, options_json, callback, user_data);
     });
 }
 
@@ -146,25 +169,24 @@ EL_API char * el_generate_stream(el_handle * handle, const char * messages_json,
 }
 
 EL_API int el_cancel(el_handle * handle) {
-    std::shared_ptr<Engine> e = lookup(handle);
-    if (!e) {
+    // Under the registry lock and without taking a reference: el_cancel never ends up
+    // holding the last reference to an engine, so it never frees a model (or blocks).
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == g_registry.end()) {
         return -1;
     }
-    e->cancel = true;
+    it->second->cancel_epoch.fetch_add(1);
     return 0;
 }
 
 EL_API int el_forget(el_handle * handle, const char * session) {
     try {
-        std::shared_ptr<Engine> e = lookup(handle);
-        if (!e) {
+        Locked l = lock_engine(handle);
+        if (!l.engine || !l.engine->dead_reason().empty()) {
             return -1;
         }
-        std::lock_guard<std::mutex> lock(e->mu);
-        if (!e->dead_reason().empty()) {
-            return -1;
-        }
-        e->forget(session);
+        l.engine->forget(session);
         return 0;
     } catch (...) {
         return -1;
@@ -175,15 +197,14 @@ EL_API int el_reset(el_handle * handle) { return el_forget(handle, nullptr); }
 
 EL_API char * el_stats(el_handle * handle) {
     return guarded([&]() -> std::string {
-        std::shared_ptr<Engine> e = lookup(handle);
-        if (!e) {
+        Locked l = lock_engine(handle);
+        if (!l.engine) {
             return error_json("invalid or closed handle");
         }
-        std::lock_guard<std::mutex> lock(e->mu);
-        if (!e->dead_reason().empty()) {
-            return error_json(e->dead_reason());
+        if (!l.engine->dead_reason().empty()) {
+            return error_json(l.engine->dead_reason());
         }
-        return el::dump(e->stats());
+        return el::dump(l.engine->stats());
     });
 }
 
@@ -199,9 +220,19 @@ EL_API int el_close(el_handle * handle) {
             e = std::move(it->second);
             g_registry.erase(it);
         }
-        e->cancel = true;                          // stop a call in progress...
-        { std::lock_guard<std::mutex> lock(e->mu); }  // ...and wait for it to return
-        return 0;                                   // the last reference frees the engine
+        e->closing = true;  // stops a call in progress; no call starts on it any more
+        // Wait until every thread that looked the handle up before it left the registry
+        // has let go (a running call returns "cancelled", a waiting one "closed"), so
+        // that the engine, model and context are freed here, on the closing thread.
+        for (;;) {
+            { std::lock_guard<std::mutex> lock(e->mu); }
+            if (e.use_count() == 1) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        e.reset();
+        return 0;
     } catch (...) {
         return -1;
     }

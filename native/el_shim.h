@@ -24,12 +24,14 @@
 ** different threads at the same time, and their generations run in parallel.
 ** Calls on ONE handle are serialized by a mutex inside the handle: a second
 ** thread calling el_generate on a busy handle waits for the first call to
-** finish. el_cancel never waits. el_close may be called from any thread, also
-** while another thread generates on the handle: it cancels that call, waits
-** for it to return (its result has finish_reason "cancelled"), then frees the
-** handle. Any later use of a closed handle, el_close included, returns the
-** error "invalid or closed handle"; it is never undefined behaviour, because
-** handles are opaque tokens that the library looks up, never dereferences.
+** finish. el_cancel never waits and never frees anything. el_close may be
+** called from any thread, also while other threads generate on or wait for the
+** handle: the running call returns finish_reason "cancelled", calls still
+** waiting return "invalid or closed handle", and el_close returns only after
+** all of them let go of the handle, freeing it on the closing thread. Any later
+** use of a closed handle, el_close included, returns the error "invalid or
+** closed handle"; it is never undefined behaviour, because handles are opaque
+** tokens that the library looks up, never dereferences.
 **
 ** CACHE. Each handle keeps the tokens of its last prompts resident in the
 ** model's KV cache, and each generate evaluates only the part of the new prompt
@@ -37,6 +39,17 @@
 ** exact on dense, sliding-window, recurrent and hybrid models: where the cache
 ** cannot be trimmed to the shared prefix, a saved checkpoint is restored or the
 ** prompt is evaluated afresh. It never changes what the model computes.
+**
+** SESSIONS AND ISOLATION. Cached state belongs to the session that wrote it
+** (option "session"; calls that name none share one pool, the session ""). A
+** call never reuses, trims or restores another session's state, so neither its
+** output nor its n_reused depends on another session's prompts: a slot pinned
+** to a session serves only that session, calls without a session are routed by
+** prefix among unpinned slots only, and a slot taken from another owner (when
+** every slot is busy) has its conversation saved to host memory under that
+** owner and its cache cleared first. Calls without a session may reuse each
+** other's prefixes: that pool is the shared scope, so callers that must not see
+** each other (the users of a server) each name a session.
 **
 ** DEVICE LOSS. When the backend fails fatally (llama_decode reports a
 ** compute failure, as when a GPU is lost), the call returns an error and the
@@ -57,8 +70,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 0
-#define EL_ABI_VERSION "1.0"
+#define EL_ABI_VERSION_MINOR 1
+#define EL_ABI_VERSION "1.1"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -70,8 +83,8 @@ extern "C" {
 typedef struct el_handle el_handle;
 
 /*
-** el_version: the ABI version string, e.g. "1.0", followed by the llama.cpp
-** commit it was built from: "1.0 (llama.cpp 0c1e570)". Static storage; never
+** el_version: the ABI version string, e.g. "1.1", followed by the llama.cpp
+** commit it was built from: "1.1 (llama.cpp 0c1e570)". Static storage; never
 ** free it. Thread-safe.
 */
 EL_API const char *el_version(void);
@@ -82,7 +95,8 @@ EL_API const char *el_version(void);
 **
 ** config_json is an object. Keys (all optional but "model"):
 **   model          path to a .gguf file                               (string)
-**   n_ctx          context length in tokens; 0 = the model's own   (4096)
+**   n_ctx          context length in tokens, per slot; 0 = the model's
+**                  own (its training context), per slot         (4096)
 **   n_batch        prompt tokens evaluated per llama_decode           (512)
 **   n_threads      CPU threads; default: physical cores for math
 **   n_gpu_layers   layers offloaded to a GPU backend, if built with one  (0)
@@ -134,7 +148,8 @@ EL_API const char *el_last_error(void);
 **   options_json   NULL, or an object; every key optional:
 **     max_tokens, temperature, top_p, top_k, min_p, seed
 **                          override the handle's defaults for this call
-**     stop                 string or array of strings ending the generation
+**     stop                 string or array of up to 16 strings (each at most
+**                          1024 bytes) ending the generation
 **     tool_choice          "auto" | "none" | "required" |
 **                          {"type": "function", "function": {"name": N}}
 **     parallel_tool_calls  allow several calls in one turn        (true)
@@ -149,12 +164,14 @@ EL_API const char *el_last_error(void);
 **     tool_call_recovery   override the handle's setting
 **     timeout_ms           wall-clock limit for this call; on expiry the call
 **                          returns with finish_reason "cancelled"
-**     session              pin this conversation to a slot (any string);
-**                          without it the slot whose cache shares the longest
-**                          prefix with the prompt (at least half of what that
-**                          slot holds) serves the call, or else an empty slot,
-**                          else the least recently used one not pinned to a
-**                          session (result field "slot")
+**     session              pin this conversation to a slot (any string); see
+**                          SESSIONS AND ISOLATION. Without it, the unpinned
+**                          slot whose cache shares the longest prefix with the
+**                          prompt (at least half of what that slot holds)
+**                          serves the call. Else (and for a session without a
+**                          slot) an empty slot, else the least recently used
+**                          unpinned one, else the least recently used pinned
+**                          one (result field "slot")
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
 **     _test                test-only hooks (unstable; absent from builds
@@ -182,7 +199,11 @@ EL_API const char *el_last_error(void);
 **   reasoning_content  string or null
 **   tool_calls         array of {"id", "type": "function", "function":
 **                      {"name", "arguments": <JSON text>}}
-**   finish_reason      "stop" | "length" | "tool_calls" | "cancelled"
+**   finish_reason      "stop" | "length" | "tool_calls" | "cancelled"; a turn
+**                      cut off (length) while writing a call in the
+**                      template's syntax returns that call as far as it was
+**                      written, as the stream showed it (its arguments may
+**                      be incomplete JSON)
 **   truncated          true when the context filled up before the end
 **   usage              {"prompt_tokens", "completion_tokens", "total_tokens"}
 **   n_prompt, n_reused, n_decoded
@@ -198,11 +219,18 @@ EL_API const char *el_last_error(void);
 **   logprobs           {"content": [{"token", "logprob", "bytes", "id",
 **                      "top_logprobs": [...]}]} when asked for; "id" (not in
 **                      OpenAI's shape) is the token id that logit_bias takes
-**   slot               which conversation slot served the call
+**   slot               which conversation slot served the call; null when
+**                      the call was cancelled before it was given one
 **   restored_from_host true when that slot's cache was restored from the
 **                      host-memory state cache before reuse
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
+**
+** A FAILED CALL (an error after the call was given a slot) leaves its own slot
+** empty and unpinned; a conversation it evicted stays saved in host memory as
+** on success (saving it may push the oldest saved conversations out of the
+** state_cache_mib budget), and a saved copy of its own conversation that it
+** restored is put back, so the session's next call restores it again.
 */
 EL_API char *el_generate(el_handle *handle, const char *messages_json,
                          const char *tools_json, const char *options_json);
@@ -212,8 +240,8 @@ EL_API char *el_generate(el_handle *handle, const char *messages_json,
 ** delta_json is an object with any of "content", "reasoning_content" (text
 ** to append) and "tool_calls" ([{"index", "id"?, "type"?, "function":
 ** {"name"?, "arguments"?}}], OpenAI's streaming shape: the id and name come
-** with the first delta of a call, the arguments text is appended across
-** deltas). While a long prompt is evaluated (more than n_batch new tokens),
+** with the first delta of a call, and that id is the call's id in the final
+** result; the arguments text is appended across deltas). While a long prompt is evaluated (more than n_batch new tokens),
 ** deltas {"prompt_progress": {"processed", "total"}} report its progress; they
 ** carry no text. delta_json is valid only during the callback. Return 0 to go on, non-zero
 ** to stop: the call then returns finish_reason "cancelled" with the text so
@@ -232,11 +260,13 @@ EL_API char *el_generate_stream(el_handle *handle, const char *messages_json,
                                 el_stream_cb callback, void *user_data);
 
 /*
-** el_cancel: ask the call in progress on this handle, if any, to stop as
-** soon as possible (within one decode step); it returns finish_reason
-** "cancelled". Does nothing if no call is in progress. Never blocks; may be
-** called from any thread, and from a stream callback of another handle.
-** Returns 0, or -1 for an invalid or closed handle.
+** el_cancel: ask every call that has begun on this handle (running, or
+** waiting for the handle) to stop as soon as possible (within one decode
+** step); each returns finish_reason "cancelled", and one that had not started
+** running changes nothing on the handle. Calls begun after el_cancel returns
+** are not affected, so a cancel can never be lost to timing. Never blocks;
+** may be called from any thread, and from a stream callback of another
+** handle. Returns 0, or -1 for an invalid or closed handle.
 */
 EL_API int el_cancel(el_handle *handle);
 
@@ -250,8 +280,10 @@ EL_API int el_reset(el_handle *handle);
 
 /*
 ** el_forget: drop what is cached for one session (its slot's KV cache,
-** checkpoints and any host-memory copy), or everything when session is NULL. Waits for a call in
-** progress. Returns 0, or -1 for an invalid, closed or dead handle.
+** checkpoints and any host-memory copy), or everything when session is NULL.
+** session "" is the pool of calls that name no session: every unpinned slot and
+** their host-memory copies. Waits for a call in progress. Returns 0, or -1 for
+** an invalid, closed or dead handle.
 */
 EL_API int el_forget(el_handle *handle, const char *session);
 

@@ -99,8 +99,10 @@ void Engine::open(const char * config_json) {
 
 void Engine::create_context() {
     llama_context_params cp = llama_context_default_params();
-    // Each slot gets a context of its own n_ctx tokens.
-    cp.n_ctx           = (uint32_t) cfg_.n_ctx * (uint32_t) cfg_.n_seq;
+    // Each slot gets a context of its own n_ctx tokens; 0 means the model's own context
+    // length per slot (llama.cpp would read 0 as "the model's" for all slots together).
+    const uint32_t per_slot = cfg_.n_ctx > 0 ? (uint32_t) cfg_.n_ctx : (uint32_t) llama_model_n_ctx_train(model_);
+    cp.n_ctx           = per_slot * (uint32_t) cfg_.n_seq;
     cp.kv_unified      = false;
     cp.n_batch         = (uint32_t) cfg_.n_batch;
     cp.n_ubatch        = (uint32_t) std::min(cfg_.n_batch, 512);
@@ -137,7 +139,7 @@ void Engine::decode_failed(int32_t rc, const char * where) {
 }
 
 bool Engine::should_stop() const {
-    if (cancel.load(std::memory_order_relaxed)) {
+    if (cancel_epoch.load(std::memory_order_relaxed) != call_epoch.load(std::memory_order_relaxed) || closing.load(std::memory_order_relaxed)) {
         return true;
     }
     int64_t d = deadline_ns.load(std::memory_order_relaxed);
@@ -239,13 +241,27 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     rep.ms_prepare  = ms_since(t_prepare);
     rep.ms_template = req.ms_template;
     rep.n_prompt    = req.prompt.size();
+    if (should_stop()) {
+        // Cancelled (or closed) while it waited for the handle: it ends before it is
+        // given a slot, so nothing on the handle changes.
+        rep.finish_reason = "cancelled";
+        return dump(result_json(common_chat_msg(), rep, req.top_logprobs >= 0));
+    }
+    rep.routed = true;
 
     rep.slot = slots_->pick(req.session, req.prompt, rep.restored_from_host);
     cache_   = &slots_->cache(rep.slot);
     CacheGuard guard(*cache_);
+    // Every way out settles the routing: a call that leaves its slot cleared puts back
+    // the host-memory copy it restored (see Slots::settle).
+    struct Settle {
+        Slots & slots;
+        bool    ok = false;
+        ~Settle() { slots.settle(ok); }
+    } settle{*slots_};
     reuse(req, rep);
 
-    DeltaStream stream(callback, user_data, req.recover);
+    DeltaStream stream(callback, user_data, req.recover, [this] { return new_call_id(); });
     const bool streaming = callback != nullptr;
     prefill(req, stream, streaming, rep);
     const std::string text = decode(req, sampler.get(), stream, streaming, rep);
@@ -255,9 +271,11 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     // mirror does not describe: only then is the guard left armed.
     if (llama_memory_seq_pos_max(llama_get_memory(ctx_), cache_->seq()) == (llama_pos) cache_->tokens().size() - 1) {
         guard.disarm();
+        settle.ok = true;
     }
 
-    const common_chat_msg msg = parse_output(text, req, [this] { return new_call_id(); });
+    common_chat_msg msg = parse_output(text, req);
+    stream.assign_ids(msg);  // the ids the deltas announced, new ones for calls not streamed
     if (!msg.tool_calls.empty() && rep.finish_reason == "stop") {
         rep.finish_reason = "tool_calls";
     }
@@ -345,8 +363,17 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
             rep.finish_reason = "cancelled";
             break;
         }
-        const llama_token tok = common_sampler_sample(sampler, ctx_, -1);
-        common_sampler_accept(sampler, tok, true);
+        llama_token tok;
+        if (req.has_forced_output) {
+            if (rep.n_decoded == req.forced_output.size()) {
+                rep.finish_reason = "stop";  // the forced text ends as if the model ended it
+                break;
+            }
+            tok = req.forced_output[rep.n_decoded];
+        } else {
+            tok = common_sampler_sample(sampler, ctx_, -1);
+            common_sampler_accept(sampler, tok, true);
+        }
         rep.n_decoded++;
         if (req.top_logprobs >= 0) {
             rep.logprobs.push_back(logprob_entry(llama_get_logits_ith(ctx_, -1), tok, req.top_logprobs));
@@ -355,9 +382,10 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
             rep.finish_reason = "stop";
             break;
         }
+        const size_t scan_from = text.size() + 1 > req.max_stop_len ? text.size() + 1 - req.max_stop_len : 0;
         text += common_token_to_piece(ctx_, tok, req.sampling.preserved_tokens.count(tok) > 0);
 
-        StopScan stop = scan_stops(text, req.stops);
+        StopScan stop = scan_stops(text, scan_from, req.stops);
         if (stop.found != std::string::npos) {
             text.resize(stop.found);
             rep.finish_reason = "stop";

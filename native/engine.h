@@ -55,9 +55,13 @@ class Engine {
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }
 
-    std::mutex           mu;             // serializes calls on this handle
-    std::atomic<bool>    cancel{false};  // set by el_cancel / el_close, read by the abort callback
-    std::atomic<int64_t> deadline_ns{0};
+    std::mutex           mu;              // serializes calls on this handle
+    // el_cancel bumps cancel_epoch; a call stops once it differs from the epoch it read
+    // when it began (before waiting for mu), so a cancel is never lost to timing.
+    std::atomic<uint64_t> cancel_epoch{0};
+    std::atomic<uint64_t> call_epoch{0};    // of the call holding mu
+    std::atomic<bool>     closing{false};   // set once by el_close, never reset: no call starts or goes on
+    std::atomic<int64_t>  deadline_ns{0};
 
   private:
     void create_context();

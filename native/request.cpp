@@ -177,11 +177,17 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         if (!t->is_object()) {
             fail("\"_test\" must be an object");
         }
-        reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "device_lost"}, "_test");
+        reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost"},
+                            "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
             r.canned_output = get_string(*t, "output", "");
             r.has_canned_output = true;
+        }
+        if (find(*t, "force_output") != nullptr) {
+            // Decoded token by token as if sampled: streaming, stop strings and limits apply.
+            r.forced_output = common_tokenize(vocab, get_string(*t, "force_output", ""), false, true);
+            r.has_forced_output = true;
         }
         max_top_logprobs = llama_vocab_n_tokens(vocab);
         const std::string reuse = get_string(*t, "reuse", "checked");
@@ -252,9 +258,16 @@ void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logpro
     }
     read_logit_bias(opt, m.vocab, s);
     if (const json * stop = find(opt, "stop")) {
-        for (const json & x : stop->is_array() ? *stop : json::array({*stop})) {
+        const json list = stop->is_array() ? *stop : json::array({*stop});
+        if (list.size() > kMaxStops) {
+            fail("\"stop\" takes at most " + std::to_string(kMaxStops) + " strings");
+        }
+        for (const json & x : list) {
             if (!x.is_string()) {
                 fail("\"stop\" must be a string or an array of strings");
+            }
+            if (x.get<std::string>().size() > kMaxStopLength) {
+                fail("\"stop\" strings are at most " + std::to_string(kMaxStopLength) + " bytes long");
             }
             if (!x.get<std::string>().empty()) {
                 r.stops.push_back(x.get<std::string>());
@@ -362,6 +375,9 @@ common_chat_templates_inputs render(const ModelView & m, const json & messages, 
     }
     for (const auto & stop : r.chat.additional_stops) {
         r.stops.push_back(stop);
+    }
+    for (const auto & stop : r.stops) {
+        r.max_stop_len = std::max(r.max_stop_len, stop.size());
     }
     return in;
 }

@@ -19,12 +19,19 @@ namespace el {
 
 enum class ToolChoice { Auto, None, Required, Named };
 
+// Bounds on the caller's stop strings (OpenAI allows four): each generated token is
+// checked against them, so their number and length are bounded, and only the tail of
+// the text that a new token can complete is scanned.
+constexpr size_t kMaxStops      = 16;
+constexpr size_t kMaxStopLength = 1024;
+
 struct Request {
     common_chat_params           chat;           // rendered prompt, parser, tool grammar
     common_chat_parser_params    parser;
     common_params_sampling       sampling;
     std::vector<llama_token>     prompt;
-    std::vector<std::string>     stops;
+    std::vector<std::string>     stops;          // the caller's (bounded) and the template's
+    size_t                       max_stop_len = 0;
     std::set<std::string>        tool_names;
     ToolChoice                   tool_choice = ToolChoice::Auto;
     bool                         recover     = true;
@@ -41,6 +48,8 @@ struct Request {
     bool                         device_lost        = false;  // llama_decode reports a fatal backend error
     bool                         has_canned_output  = false;  // parse this text instead of sampling
     std::string                  canned_output;
+    bool                         has_forced_output  = false;  // decode these tokens instead of sampling
+    std::vector<llama_token>     forced_output;
 };
 
 // What parsing a request needs to know about the open model.

@@ -19,21 +19,22 @@ json tool_calls_json(const std::vector<common_chat_tool_call> & calls) {
 
 }  // namespace
 
-common_chat_msg parse_output(const std::string & text, const Request & req, const std::function<std::string()> & new_id) {
+common_chat_msg parse_output(const std::string & text, const Request & req) {
     common_chat_msg msg;
     try {
         msg = common_chat_parse(text, false, req.parser);
     } catch (const std::exception &) {
-        msg = common_chat_msg();
-        msg.content = text;  // unparseable: return it as text rather than lose it
+        try {
+            // Cut off inside a call or a reasoning block: what a stream would have shown,
+            // so that the result agrees with the deltas already sent.
+            msg = common_chat_parse(text, true, req.parser);
+        } catch (const std::exception &) {
+            msg = common_chat_msg();
+            msg.content = text;  // unparseable: return it as text rather than lose it
+        }
     }
     if (req.recover && msg.tool_calls.empty() && recover_tool_calls(msg.content, req.tool_names, msg.tool_calls)) {
         msg.content.clear();
-    }
-    for (auto & tc : msg.tool_calls) {
-        if (tc.id.empty()) {
-            tc.id = new_id();
-        }
     }
     return msg;
 }
@@ -65,7 +66,7 @@ json result_json(const common_chat_msg & msg, const CallReport & r, bool with_lo
         {"ms_reset", r.ms_reset},
         {"ms_prefill", r.ms_prefill},
         {"ms_decode", r.ms_decode},
-        {"slot", r.slot},
+        {"slot", r.routed ? json(r.slot) : json(nullptr)},
         {"restored_from_host", r.restored_from_host},
         {"abi_version", EL_ABI_VERSION},
     };

@@ -9,7 +9,6 @@
 #include "json_args.h"
 #include "request.h"
 
-#include <functional>
 #include <string>
 
 namespace el {
@@ -21,13 +20,16 @@ struct CallReport {
     size_t      n_prompt = 0, n_reused = 0, n_decoded = 0;
     double      ms_prepare = 0, ms_template = 0, ms_reset = 0, ms_prefill = 0, ms_decode = 0;
     size_t      slot = 0;
+    bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;
     json        logprobs = json::array();  // per generated token, when asked for
 };
 
-// Parse the output with the template's parser, recover a call written as JSON if the
-// request allows it, and give each call without an id one from `new_id`.
-common_chat_msg parse_output(const std::string & text, const Request & req, const std::function<std::string()> & new_id);
+// Parse the output with the template's parser (a final parse; if the text does not
+// parse whole, as when a call is cut off by max_tokens, the partial parse that the
+// streamed deltas showed), and recover a call written as JSON if the request allows it.
+// Tool-call ids are left to the caller (DeltaStream::assign_ids).
+common_chat_msg parse_output(const std::string & text, const Request & req);
 
 // The el_generate result object.
 json result_json(const common_chat_msg & msg, const CallReport & report, bool with_logprobs);

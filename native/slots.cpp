@@ -14,12 +14,12 @@ Slots::Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_chec
     }
 }
 
-// Which slot serves this call: the one pinned to its session; else the slot whose
-// cached tokens share the longest prefix with the prompt, counting only slots the
-// prompt shares at least half of (ties: the most recently used); else a slot to
-// evict (see below).
+// Which slot serves this call: the one pinned to its session; for a call without a
+// session, the unpinned slot whose cached tokens share the longest prefix with the
+// prompt (see route_by_prefix); else a slot to evict (see evict).
 // Deterministic: the same history of calls always picks the same slots.
 size_t Slots::pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
+    taken_.reset();
     size_t chosen = slots_.size();
     if (!session.empty()) {
         for (size_t i = 0; i < slots_.size(); i++) {
@@ -27,47 +27,76 @@ size_t Slots::pick(const std::string & session, const std::vector<llama_token> &
                 chosen = i;
             }
         }
-    }
-    if (chosen == slots_.size() && session.empty()) {
-        size_t best = 0;
-        for (size_t i = 0; i < slots_.size(); i++) {
-            const auto & toks = slots_[i].cache->tokens();
-            const size_t n = common_prefix(toks, prompt);
-            // A prefix counts only if it is at least half of what the slot holds: a
-            // few shared template tokens must not cost another conversation its slot.
-            if (2 * n < toks.size()) {
-                continue;
-            }
-            if (n > best || (n == best && n > 0 && slots_[i].last_used > slots_[chosen].last_used)) {
-                best   = n;
-                chosen = i;
-            }
-        }
+    } else {
+        chosen = route_by_prefix(prompt);
     }
     if (chosen == slots_.size()) {
-        // Evict in this order: an empty slot, then the least recently used slot no
-        // session is pinned to, then the least recently used pinned one.
-        auto rank = [&](const Slot & x) {
-            return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
-        };
-        chosen = 0;
-        for (size_t i = 1; i < slots_.size(); i++) {
-            if (rank(slots_[i]) < rank(slots_[chosen])) {
-                chosen = i;
-            }
-        }
-        Slot & victim = slots_[chosen];
-        stash(victim);
-        if (!victim.session.empty() && victim.session != session) {
-            victim.session.clear();  // that session lost its slot; its state may wait in host memory
-        }
-        if (!session.empty()) {
-            victim.session = session;
-        }
-        restored_from_host = unstash(victim, session, prompt);
+        chosen = evict(session, prompt, restored_from_host);
     }
     slots_[chosen].last_used = ++clock_;
+    taken_slot_ = chosen;
     return chosen;
+}
+
+// Among the slots of the session-less pool only (a pinned slot holds another owner's
+// state, which must not be reused, trimmed or even measured against this prompt), the
+// one sharing the longest prefix, counting only slots the prompt shares at least half
+// of (ties: the most recently used); slots_.size() if none qualifies.
+size_t Slots::route_by_prefix(const std::vector<llama_token> & prompt) const {
+    size_t chosen = slots_.size();
+    size_t best = 0;
+    for (size_t i = 0; i < slots_.size(); i++) {
+        if (!slots_[i].session.empty()) {
+            continue;
+        }
+        const auto & toks = slots_[i].cache->tokens();
+        const size_t n = common_prefix(toks, prompt);
+        // A prefix counts only if it is at least half of what the slot holds: a
+        // few shared template tokens must not cost another conversation its slot.
+        if (2 * n < toks.size()) {
+            continue;
+        }
+        if (n > best || (n == best && n > 0 && slots_[i].last_used > slots_[chosen].last_used)) {
+            best   = n;
+            chosen = i;
+        }
+    }
+    return chosen;
+}
+
+// Take a slot for this call: an empty slot, else the least recently used slot no
+// session is pinned to, else the least recently used pinned one. Its conversation is
+// saved to host memory; if it belonged to another owner, the cache is cleared before
+// this call sees it, so nothing of it can be reused (nor its length observed through
+// n_reused). Then this owner's best saved conversation, if any, is restored into it.
+size_t Slots::evict(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
+    auto rank = [&](const Slot & x) {
+        return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
+    };
+    size_t chosen = 0;
+    for (size_t i = 1; i < slots_.size(); i++) {
+        if (rank(slots_[i]) < rank(slots_[chosen])) {
+            chosen = i;
+        }
+    }
+    Slot & victim = slots_[chosen];
+    stash(victim);
+    if (victim.session != session) {
+        victim.cache->clear();
+        victim.session = session;
+    }
+    restored_from_host = unstash(chosen, session, prompt);
+    return chosen;
+}
+
+void Slots::settle(bool ok) {
+    if (!ok) {
+        if (taken_ != nullptr) {
+            put_back(std::move(*taken_));
+        }
+        slots_[taken_slot_].session.clear();  // the next call of this session restores it again
+    }
+    taken_.reset();
 }
 
 // Keep an evicted conversation in host memory (llama-server does the same), so that
@@ -78,7 +107,14 @@ void Slots::stash(const Slot & victim) {
     }
     PromptCache::Saved saved;
     saved.session = victim.session;
-    if (!victim.cache->save(saved) || saved.data.size() > host_limit_) {
+    if (victim.cache->save(saved)) {
+        put_back(std::move(saved));
+    }
+}
+
+// Newest first; the oldest entries go when the budget is exceeded.
+void Slots::put_back(PromptCache::Saved saved) {
+    if (saved.data.size() > host_limit_) {
         return;
     }
     host_bytes_ += saved.data.size();
@@ -89,9 +125,10 @@ void Slots::stash(const Slot & victim) {
     }
 }
 
-// Restore the saved conversation that shares the longest prefix with the prompt (by
-// the same rule as slot routing, and for a session only its own), if any.
-bool Slots::unstash(Slot & slot, const std::string & session, const std::vector<llama_token> & prompt) {
+// Restore this owner's saved conversation that shares the longest prefix with the
+// prompt (at least half of it, as for slot routing), if any. The entry is held in
+// taken_ until the call settles, so that a failed call can put it back.
+bool Slots::unstash(size_t slot, const std::string & session, const std::vector<llama_token> & prompt) {
     auto best = host_cache_.end();
     size_t best_n = 0;
     for (auto it = host_cache_.begin(); it != host_cache_.end(); ++it) {
@@ -105,12 +142,12 @@ bool Slots::unstash(Slot & slot, const std::string & session, const std::vector<
         }
     }
     if (best == host_cache_.end()) {
-        return false;  // the slot keeps its tokens: prepare() still reuses any prefix they share
+        return false;  // the slot keeps this owner's tokens: prepare() still reuses any prefix they share
     }
-    const bool restored = slot.cache->load(*best);
-    host_bytes_ -= best->data.size();
+    taken_ = std::make_unique<PromptCache::Saved>(std::move(*best));
+    host_bytes_ -= taken_->data.size();
     host_cache_.erase(best);
-    return restored;
+    return slots_[slot].cache->load(*taken_);
 }
 
 void Slots::drop_host_cache(const char * session) {
@@ -143,6 +180,7 @@ void Slots::clear_caches() {
 void Slots::release_host_state() {
     slots_.clear();  // checkpoints are host buffers; the cache itself is not touched
     host_cache_.clear();
+    taken_.reset();
     host_bytes_ = 0;
 }
 

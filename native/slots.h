@@ -1,9 +1,12 @@
 // slots.h -- several conversations kept warm on one context: which slot (llama.cpp
 // sequence) serves a call, and the host-memory cache of conversations evicted from one.
 //
-// Invariant: routing is deterministic (the same history of calls picks the same slots),
-// a session's slot serves only that session's calls, and a conversation leaves its slot
-// only by being stashed to host memory (when it fits) or explicitly forgotten.
+// Invariant (isolation): every slot and every host-memory entry belongs to one owner, the
+// session that wrote it ("" is the pool of calls that name no session), and a call never
+// reuses, trims or restores state of another owner: a slot changes owner only after its
+// state was saved to host memory under the old owner and its cache cleared. Routing is
+// deterministic (the same history of calls picks the same slots), and a call that fails
+// after routing puts back the host-memory copy it consumed.
 #pragma once
 
 #include "json_args.h"
@@ -21,17 +24,22 @@ class Slots {
   public:
     struct Slot {
         std::unique_ptr<PromptCache> cache;
-        std::string                  session;    // pinned by the "session" option, if any
+        std::string                  session;    // the owner: the session pinned here ("" = the pool)
         uint64_t                     last_used = 0;
     };
 
     Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_checkpoints, int32_t n_seq,
           int32_t state_cache_mib);
 
-    // The slot that serves a call with this session (may be empty) and prompt; may
-    // evict another conversation to host memory and restore one from it, in which
-    // case `restored_from_host` is set.
+    // The slot that serves a call with this session ("" for none) and prompt; may evict
+    // another conversation to host memory and restore this owner's from it, in which
+    // case `restored_from_host` is set. Every pick is followed by settle().
     size_t pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host);
+
+    // The call that last picked a slot ended: on failure (its slot's cache was cleared),
+    // the host-memory copy it restored is put back and the slot is unpinned, so that the
+    // conversation is restored again by its next call; on success that copy is dropped.
+    void settle(bool ok);
 
     PromptCache & cache(size_t i) { return *slots_[i].cache; }
     size_t        size() const { return slots_.size(); }
@@ -49,8 +57,11 @@ class Slots {
     json stats() const;
 
   private:
-    void stash(const Slot & victim);
-    bool unstash(Slot & slot, const std::string & session, const std::vector<llama_token> & prompt);
+    size_t route_by_prefix(const std::vector<llama_token> & prompt) const;
+    size_t evict(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host);
+    void   stash(const Slot & victim);
+    void   put_back(PromptCache::Saved saved);
+    bool   unstash(size_t slot, const std::string & session, const std::vector<llama_token> & prompt);
     void drop_host_cache(const char * session);
 
     std::vector<Slot>              slots_;
@@ -59,6 +70,9 @@ class Slots {
     // Conversations evicted from their slot, most recent first, bounded by host_limit_.
     std::deque<PromptCache::Saved> host_cache_;
     size_t                         host_bytes_ = 0;
+    // What the call in progress took out of host memory, until settle().
+    std::unique_ptr<PromptCache::Saved> taken_;
+    size_t                              taken_slot_ = 0;
 };
 
 }  // namespace el
