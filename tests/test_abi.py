@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +34,10 @@ def test_the_library_needs_no_llama_cpp_at_run_time() -> None:
 
 
 def test_version() -> None:
-    v = pyshim.version()
-    assert v.startswith("1.0 (llama.cpp 0c1e570")
+    header = (ROOT / "native" / "el_shim.h").read_text()
+    abi = re.search(r'#define EL_ABI_VERSION "([0-9.]+)"', header)
+    assert abi is not None
+    assert pyshim.version().startswith(f"{abi.group(1)} (llama.cpp 0c1e570")
 
 
 def test_c_example_runs_a_tool_call(qwen_path: Path) -> None:
