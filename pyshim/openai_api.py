@@ -76,7 +76,8 @@ class ChatRequest:
     include_usage: bool = False
 
 
-def _expect(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+def _expect(body: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
+    """body[name] if absent, null or of ``kind``; True and False count as booleans only."""
     value = body.get(name)
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool)):
         raise ApiError(400, f"'{name}' must be {what}", param=name, code="invalid_type")
@@ -127,6 +128,14 @@ def _logprobs(logprobs: Any) -> Any:
     return {"content": [entry(e) for e in logprobs.get("content") or []], "refusal": None}
 
 
+def _usage(result: Mapping[str, Any]) -> Any:
+    """OpenAI's usage; the prompt tokens the cache already held are its ``cached_tokens``."""
+    usage = result.get("usage")
+    if usage is None:
+        return None
+    return {**usage, "prompt_tokens_details": {"cached_tokens": result.get("n_reused", 0)}}
+
+
 class Completion:
     """The envelope of one completion: its id, creation time and model, shared by all its chunks."""
 
@@ -159,7 +168,7 @@ class Completion:
             "logprobs": _logprobs(result.get("logprobs")),
             "finish_reason": FINISH_REASONS.get(result["finish_reason"], result["finish_reason"]),
         }
-        return self._envelope("chat.completion", [choice], result.get("usage"))
+        return self._envelope("chat.completion", [choice], _usage(result))
 
     def chunk(
         self, delta: Mapping[str, Any], finish_reason: str | None = None, logprobs: Any = None, usage: bool = False
@@ -195,4 +204,4 @@ class Completion:
         return self.chunk({}, reason, _logprobs(result.get("logprobs")), usage=usage)
 
     def usage_chunk(self, result: Mapping[str, Any]) -> dict[str, Any]:
-        return self._envelope("chat.completion.chunk", [], result.get("usage"))
+        return self._envelope("chat.completion.chunk", [], _usage(result))

@@ -118,17 +118,25 @@ def _error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
+# A body over the limit is still read (and dropped) up to this many bytes, so that the client
+# gets its 413: closing a socket with unread data resets it before the client reads the answer.
+_DRAIN_BYTES = 64 * 1024 * 1024
+
+
 async def _read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing more than ``limit`` bytes before reading them all."""
-    too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+    """The body as JSON; one over ``limit`` bytes is refused (413) without being kept in memory."""
+    body, size = bytearray(), 0
     length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    declared = int(length) if length.isdigit() else 0
+    if declared <= _DRAIN_BYTES:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                body += chunk
+            elif size > _DRAIN_BYTES:
+                break
+    if max(size, declared) > limit:
+        raise ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
     try:
         return json.loads(body)
     except ValueError as e:
@@ -227,6 +235,8 @@ async def chat_completions(request: Request) -> Response:
         return _EventStream(_events(comp, stream, deltas, first, req.include_usage))
     except _ClientGone:
         return Response(status_code=499)  # nobody reads it; uvicorn drops it
+    except Exception as e:  # answered here: Starlette's catch-all handler would also drop the connection
+        return _error_response(e)
 
 
 async def list_models(request: Request) -> Response:
@@ -292,6 +302,8 @@ def create_app(settings: Settings) -> Starlette:
             Route("/health", health, methods=["GET"]),
         ],
         middleware=middleware,
+        # Exception: the last resort (Starlette answers, then re-raises to uvicorn, which closes
+        # the connection); the endpoints answer their own errors before it comes to that.
         exception_handlers={HTTPException: _on_error, ApiError: _on_error, Exception: _on_error},
         lifespan=lifespan,
     )
