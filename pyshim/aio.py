@@ -156,7 +156,9 @@ async def agenerate(
         try:
             if call.cancelled.is_set():  # cancelled as its turn came: never start it
                 return {"content": None, "finish_reason": "cancelled"}
-            return model.generate(messages, tools, on_delta=checked, **options)
+            # Without a delta consumer, no per-token callback: el_cancel, re-issued below until the
+            # worker returns, is then what stops the call.
+            return model.generate(messages, tools, on_delta=checked if on_delta else None, **options)
         finally:
             g.leave(call)
 

@@ -183,6 +183,12 @@ class _EventStream(StreamingResponse):
             await self._events.aclose()  # type: ignore[attr-defined]
 
 
+def _model_ms(result: Any) -> float:
+    """Time the library spent on the call (template, cache, prefill, decode): what is left of a
+    client's wall time is the door's own cost (bench/door.py reads it from a response header)."""
+    return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
+
+
 def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -222,7 +228,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         if not req.stream:
             result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
-            return JSONResponse(comp.response(result))
+            return JSONResponse(comp.response(result), headers={"X-Pyshim-Model-Ms": f"{_model_ms(result):.3f}"})
         stream = aio.astream(model, req.messages, req.tools, **req.options)
         deltas = aiter(stream)
         # The first delta (or the end) comes before the headers, so that a request the library
