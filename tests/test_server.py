@@ -375,3 +375,19 @@ def test_four_concurrent_async_clients(smol_url: str) -> None:
         return [r.choices[0].message.content or "" for r in rs]
 
     assert [json.loads(t) for t in asyncio.run(go())] == [{"client": i} for i in range(4)]
+
+
+def test_request_mapping() -> None:
+    """The envelope: renamed fields, the session's three names in order, n and type checks."""
+    from pyshim.openai_api import ApiError, parse_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5}
+    body |= {"max_tokens": 9, "temperature": 0, "user": "u", "store": False, "prompt_cache_key": "k"}
+    req = parse_request(body)
+    assert req.options == {"temperature": 0, "max_tokens": 5, "session": "k"} and req.tools is None
+    assert parse_request(body, "h").options["session"] == "h"
+    assert parse_request({**body, "session": "s"}, "h").options["session"] == "s"
+    for bad in ({"n": 2}, {"n": True}, {"messages": "x"}, {"messages": []}, {"stream": "yes"}, {"model": None}):
+        with pytest.raises(ApiError) as e:
+            parse_request({**body, **bad})
+        assert e.value.status == 400
