@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench bench-peers peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test lint demo bench bench-peers bench-door peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -117,8 +117,12 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 
-bench: bench-peers
+bench: bench-peers bench-door
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
+
+# The OpenAI door's overhead per call: the 20-turn agent session in-process and through `pyshim serve`.
+bench-door: build models
+	$(PY) -m bench.door --out docs/bench-door.md
 
 bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md

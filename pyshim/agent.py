@@ -136,6 +136,12 @@ class Agent:
                 )
         return AgentResult(None, messages, turns, "max_steps")
 
+    async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
+        """``run`` as a coroutine: tools may be coroutine functions; cancelling the task cancels the turn."""
+        from .aio import arun
+
+        return await arun(self, prompt)
+
     @staticmethod
     def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
         if calls:

@@ -1,9 +1,10 @@
-"""``python -m pyshim``: chat, the demo agent, and the model catalogue."""
+"""``python -m pyshim``: chat, the demo agent, the model catalogue, and the OpenAI-compatible server."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -111,6 +112,90 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.stopped == "answer" and result.tool_calls else 1
 
 
+# el_open's settings as `serve` flags: (flag, type, help). Only flags given reach el_open,
+# so the library's own defaults apply to the rest.
+OPEN_FLAGS: list[tuple[str, Any, str]] = [
+    ("--n-ctx", int, "context length per slot, in tokens (library default 4096; 0 = the model's own)"),
+    ("--n-seq", int, "conversations kept warm at once (slots), each with n_ctx tokens of cache (default 1)"),
+    ("--n-batch", int, "prompt tokens per decode (default 512)"),
+    ("--n-threads", int, "CPU threads (default: physical cores)"),
+    ("--n-gpu-layers", int, "layers offloaded to a GPU backend (default 0)"),
+    ("--seed", int, "default sampling seed"),
+    ("--temperature", float, "default temperature (a request's own wins)"),
+    ("--top-p", float, "default top_p"),
+    ("--top-k", int, "default top_k"),
+    ("--min-p", float, "default min_p"),
+    ("--max-tokens", int, "default generation limit (default 512)"),
+    ("--flash-attn", str, "auto | on | off"),
+    ("--n-checkpoints", int, "saved cache states per conversation (default 8)"),
+    ("--state-cache-mib", int, "host memory for conversations evicted from their slot (default 256)"),
+]
+
+
+def add_serve_parser(sub: Any) -> None:
+    ps = sub.add_parser(
+        "serve",
+        help="serve a model over OpenAI's chat-completions HTTP API",
+        description="Serve MODEL at http://HOST:PORT/v1 (POST /v1/chat/completions, GET /v1/models, GET /health). "
+        "Without an API key the server is unauthenticated: anyone who can reach the port can use it.",
+    )
+    ps.add_argument("model", nargs="?", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    ps.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    ps.add_argument("--port", type=int, default=8000)
+    ps.add_argument("--name", help="the model id clients use (default: the catalogue name or the file's stem)")
+    ps.add_argument(
+        "--api-key",
+        default=os.environ.get("PYSHIM_API_KEY"),
+        help="require Authorization: Bearer KEY (default $PYSHIM_API_KEY; none: unauthenticated)",
+    )
+    ps.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
+    ps.add_argument("--max-queue", type=int, default=16, help="requests waiting for the model; more get 503")
+    ps.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
+    ps.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    for flag, kind, text in OPEN_FLAGS:
+        ps.add_argument(flag, type=kind, help=text)
+    ps.add_argument("--swa-full", action="store_true", default=None, help="full-size cache on sliding-window models")
+    ps.add_argument("--chat-template-file", help="a Jinja chat template overriding the model's own")
+    ps.add_argument(
+        "--no-tool-call-recovery",
+        dest="tool_call_recovery",
+        action="store_false",
+        default=None,
+        help="leave tool calls written as JSON text in the content",
+    )
+    ps.add_argument("--llama-log", dest="log", action="store_true", default=None, help="print llama.cpp's log")
+    ps.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server import Settings, serve
+    except ImportError as e:
+        print(f"pyshim serve needs the server extra: pip install 'pyshim[server]' ({e})", file=sys.stderr)
+        return 2
+    config = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f, _, _ in OPEN_FLAGS}
+    config.update(swa_full=args.swa_full, tool_call_recovery=args.tool_call_recovery, log=args.log)
+    if args.chat_template_file:
+        with open(args.chat_template_file, encoding="utf-8") as f:
+            config["chat_template"] = f.read()
+    name = args.name or (
+        args.model if args.model in models.CATALOGUE else os.path.splitext(os.path.basename(args.model))[0]
+    )
+    settings = Settings(
+        model=args.model,
+        name=name,
+        config={k: v for k, v in config.items() if v is not None},
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or None,
+        max_request_bytes=args.max_request_bytes,
+        max_queue=args.max_queue,
+        cors_origins=args.cors_origin,
+        log_level=args.log_level,
+    )
+    return serve(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pyshim", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -137,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     pd.add_argument("--max-steps", type=int, default=6)
     pd.add_argument("--json", action="store_true", help="print the transcript as JSON")
     pd.set_defaults(func=cmd_demo)
+
+    add_serve_parser(sub)
 
     args = p.parse_args(argv)
     return int(args.func(args))

@@ -8,11 +8,14 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import models
 from ._lib import encode, ffi, lib, take_json
 from .errors import ClosedModel, ModelLoadError
+
+if TYPE_CHECKING:
+    from .aio import AsyncStream
 
 Message = Mapping[str, Any]
 Delta = dict[str, Any]
@@ -129,6 +132,24 @@ class Model:
 
     def stats(self) -> dict[str, Any]:
         return take_json(lib().el_stats(self.handle))
+
+    # -- asyncio (pyshim.aio) ------------------------------------------------
+
+    async def agenerate(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    ) -> Result:
+        """``generate`` as a coroutine; cancelling the awaiting task cancels the generation."""
+        from .aio import agenerate
+
+        return await agenerate(self, messages, tools, **options)
+
+    def astream(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    ) -> AsyncStream:
+        """``async for delta in model.astream(...)``; the final result is ``.result`` afterwards."""
+        from .aio import astream
+
+        return astream(self, messages, tools, **options)
 
 
 class Stream:

@@ -62,3 +62,15 @@ def test_peer_benchmark_harness_smoke() -> None:
         }
     )
     assert "| smol | pyshim |" in text and "model-time floor" in text and "outside the model" in text
+
+
+def test_door_benchmark_smoke() -> None:
+    """bench.door end to end, tiny: a real server, two turns, one token each."""
+    from bench.door import markdown, run, summary
+
+    rows = run(SMOL, turns=2, max_tokens=1)
+    assert [r["turn"] for r in rows] == [1, 2]
+    assert all(r["door_wall"] > 0 and r["direct_wall"] > 0 and r["door_ttft"] > 0 for r in rows)
+    s = summary(rows)
+    assert set(s) == {"wall", "ttft", "outside"} and s["outside"]["door_ms"] > 0
+    assert markdown(SMOL, 2, 1, s).count("\n| ") == 4

@@ -1,0 +1,177 @@
+"""The HTTP door's overhead per call: the 20-turn agent session in-process and through ``pyshim serve``.
+
+Each turn's prompt (``bench.agent_session.conversation``) is sent to an in-process ``Model`` and,
+with the same settings, to a ``python -m pyshim serve`` process through the ``openai`` client,
+one after the other, so both see the same prompts, the same cache reuse and the same machine
+load. Each turn is timed four ways: wall of a plain call and time to first token of a streamed
+call, on each side. Reported: the per-call difference (door minus in-process; median and
+interquartile range over the turns) and the ratio of the medians.
+
+    python -m bench.door [--model smollm2-135m-instruct] [--turns 20] [--max-tokens 16] [--out docs/bench-door.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+import pyshim
+from bench.agent_session import TOOLS, conversation
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = {"n_ctx": 8192, "temperature": 0}
+
+
+@contextmanager
+def server(model: str) -> Iterator[str]:
+    """A ``pyshim serve`` process on a free port, killed on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "pyshim", "serve", model, "--port", str(port), "--log-level", "warning"]
+    cmd += ["--n-ctx", str(CONFIG["n_ctx"]), "--temperature", "0"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start ({proc.returncode})")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _model_ms(r: dict[str, Any]) -> float:
+    return float(sum(r.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
+
+
+def _direct(model: pyshim.Model, prompt: list[Any], options: dict[str, Any]) -> tuple[float, float, float]:
+    t0 = time.perf_counter()
+    r = model.generate(prompt, TOOLS, **options)
+    wall = time.perf_counter() - t0
+    outside = wall * 1e3 - _model_ms(r)
+    first: list[float] = []
+    t0 = time.perf_counter()
+    for delta in model.stream(prompt, TOOLS, **options):
+        if not first and (delta.get("content") or delta.get("tool_calls")):
+            first.append(time.perf_counter() - t0)
+    return wall, first[0] if first else float("nan"), outside
+
+
+def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str, Any]) -> tuple[float, float, float]:
+    args: dict[str, Any] = {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"]}
+    extra = {"ignore_eos": True}
+    t0 = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(extra_body=extra, **args)
+    wall = time.perf_counter() - t0
+    outside = wall * 1e3 - float(raw.headers["x-pyshim-model-ms"])
+    first: list[float] = []
+    t0 = time.perf_counter()
+    for chunk in client.chat.completions.create(stream=True, extra_body=extra, **args):
+        d = chunk.choices[0].delta if chunk.choices else None
+        if not first and d is not None and (d.content or d.tool_calls):
+            first.append(time.perf_counter() - t0)
+    return wall, first[0] if first else float("nan"), outside
+
+
+def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
+    """Per turn, in milliseconds, in-process and through the door: wall and TTFT, and the wall time
+    spent outside the library (wall minus the library's own timings), which machine load barely moves."""
+    options = {"max_tokens": max_tokens, "ignore_eos": True}
+    rows = []
+    with pyshim.Model(model, **CONFIG) as direct, server(model) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        for i, prompt in enumerate(conversation(turns)):
+            d_wall, d_ttft, d_out = _direct(direct, prompt, options)
+            h_wall, h_ttft, h_out = _door(client, model, prompt, options)
+            rows.append(
+                {"turn": i + 1, "direct_wall": d_wall * 1e3, "door_wall": h_wall * 1e3}
+                | {"direct_ttft": d_ttft * 1e3, "door_ttft": h_ttft * 1e3}
+                | {"direct_outside": d_out, "door_outside": h_out}
+            )
+        client.close()
+    return rows
+
+
+def _spread(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
+    return statistics.median(xs), q[0], q[2]
+
+
+def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for what in ("wall", "ttft", "outside"):
+        direct = [r[f"direct_{what}"] for r in rows]
+        door = [r[f"door_{what}"] for r in rows]
+        med, q1, q3 = _spread([b - a for a, b in zip(direct, door, strict=True)])
+        out[what] = {
+            "direct_ms": statistics.median(direct),
+            "door_ms": statistics.median(door),
+            "overhead_ms": med,
+            "overhead_q1": q1,
+            "overhead_q3": q3,
+            "ratio": statistics.median(door) / max(statistics.median(direct), 1e-9),
+        }
+    return out
+
+
+def markdown(model: str, turns: int, max_tokens: int, s: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "# The HTTP door's overhead per call",
+        "",
+        f"`python -m bench.door --model {model} --turns {turns} --max-tokens {max_tokens}` on "
+        f"{platform.machine()}, {os.cpu_count()} CPUs: the {turns}-turn agent session of `bench.agent_session`, "
+        f"{max_tokens} tokens per turn, in-process (`Model`) and through `pyshim serve` with the openai client.",
+        "",
+        "| per call | in-process (median) | door (median) | door − in-process: median [IQR] | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    labels = (
+        ("outside", "wall outside the library, plain call"),
+        ("wall", "wall, plain call"),
+        ("ttft", "time to first token, streamed"),
+    )
+    for what, label in labels:
+        r = s[what]
+        lines.append(
+            f"| {label} | {r['direct_ms']:.1f} ms | {r['door_ms']:.1f} ms | "
+            f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {r['ratio']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    text = markdown(args.model, args.turns, args.max_tokens, summary(run(args.model, args.turns, args.max_tokens)))
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

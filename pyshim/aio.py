@@ -1,0 +1,310 @@
+"""asyncio over a ``Model``: ``agenerate``, ``AsyncStream`` and the async agent loop.
+
+Each call waits its turn in the model's ``Gate`` on the event loop (no thread is held while it
+waits), then runs the blocking library call in a worker thread, so the loop never blocks.
+
+The invariant this module keeps: cancelling a call stops *that* call and never another one.
+``el_cancel`` stops whatever runs on the handle, so it is issued only while the gate records
+the cancelled call as the one on the handle; a call cancelled while it still waits simply
+leaves the queue. Calls made on the same ``Model`` outside this module (``Model.generate``
+from another thread) are not seen by the gate, so do not mix them with cancellable async calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import threading
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._lib import lib
+from .errors import ShimError
+from .model import Delta, Message, Model, Result
+
+if TYPE_CHECKING:
+    from .agent import Agent, AgentResult
+
+__all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "agenerate", "arun", "astream", "gate"]
+
+# How often a cancelled call re-issues el_cancel while it waits for its worker: the first
+# el_cancel may land in the instant before the library call began, when it does nothing.
+_RECANCEL_S = 0.05
+
+
+class Overloaded(ShimError):
+    """The gate's queue is full: the call was refused without waiting."""
+
+
+class Call:
+    """One generation's place in a gate: queued, then on the handle, then done."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._turn: asyncio.Future[None] | None = None
+
+
+class Gate:
+    """The FIFO of async calls on one model, and which of them is on the handle now.
+
+    ``max_waiting`` bounds the calls waiting behind the running one (``None``: unbounded);
+    ``enter`` raises ``Overloaded`` when it is reached.
+    """
+
+    def __init__(self, model: Model, max_waiting: int | None = None) -> None:
+        self._model = weakref.ref(model)
+        self.max_waiting = max_waiting
+        self._lock = threading.Lock()  # guards _running and _waiting; taken by the worker thread too
+        self._running: Call | None = None
+        self._waiting: deque[Call] = deque()
+
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def enter(self, call: Call) -> None:
+        """Wait until ``call`` is the one on the handle. Cancelled while waiting, it leaves the queue."""
+        with self._lock:
+            if self._running is None and not self._waiting:
+                self._running = call
+                return
+            if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
+                raise Overloaded(f"too many requests waiting for the model ({len(self._waiting)} queued)")
+            call._loop = asyncio.get_running_loop()
+            call._turn = call._loop.create_future()
+            self._waiting.append(call)
+        try:
+            await call._turn
+        except asyncio.CancelledError:
+            with self._lock:
+                if call in self._waiting:
+                    self._waiting.remove(call)
+                    raise
+            self.leave(call)  # the turn was granted as we were cancelled: pass it on
+            raise
+
+    def leave(self, call: Call) -> None:
+        """``call`` is off the handle: hand the handle to the next waiting call."""
+        with self._lock:
+            if self._running is not call:
+                return
+            self._running = None
+            if self._waiting:
+                nxt = self._waiting.popleft()
+                self._running = nxt
+                assert nxt._loop is not None and nxt._turn is not None
+                nxt._loop.call_soon_threadsafe(_grant, nxt._turn)
+
+    def cancel(self, call: Call) -> None:
+        """Stop ``call``: el_cancel if it is on the handle now; if it waits, it will not start."""
+        call.cancelled.set()
+        with self._lock:  # the worker leaves under this lock, so the handle is still call's here
+            model = self._model()
+            if self._running is call and model is not None and model._handle is not None:
+                lib().el_cancel(model._handle)
+
+
+def _grant(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
+
+
+_gates: weakref.WeakKeyDictionary[Model, Gate] = weakref.WeakKeyDictionary()
+_gates_lock = threading.Lock()
+
+
+def gate(model: Model) -> Gate:
+    """The gate of ``model`` (one per model, created on first use)."""
+    with _gates_lock:
+        g = _gates.get(model)
+        if g is None:
+            g = _gates[model] = Gate(model)
+        return g
+
+
+async def agenerate(
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    on_delta: Callable[[Delta], object] | None = None,
+    **options: Any,
+) -> Result:
+    """``Model.generate`` as a coroutine. ``on_delta`` runs in the worker thread.
+
+    Cancelling the awaiting task cancels the generation and waits for the worker to return.
+    """
+    g, call = gate(model), Call()
+    await g.enter(call)
+
+    def checked(delta: Delta) -> bool:
+        # Stops the call at its next delta even if el_cancel landed before the call began.
+        if call.cancelled.is_set():
+            return False
+        return on_delta is None or on_delta(delta) is not False
+
+    def work() -> Result:
+        try:
+            if call.cancelled.is_set():  # cancelled as its turn came: never start it
+                return {"content": None, "finish_reason": "cancelled"}
+            # Without a delta consumer, no per-token callback: el_cancel, re-issued below until the
+            # worker returns, is then what stops the call.
+            return model.generate(messages, tools, on_delta=checked if on_delta else None, **options)
+        finally:
+            g.leave(call)
+
+    worker = asyncio.get_running_loop().run_in_executor(None, work)
+    try:
+        return await asyncio.shield(worker)
+    except asyncio.CancelledError:
+        while not worker.done():
+            g.cancel(call)
+            await asyncio.wait({worker}, timeout=_RECANCEL_S)
+        raise
+
+
+class AsyncStream:
+    """Deltas of one generation as an async iterator; the final result is ``.result`` afterwards.
+
+    Leaving the iteration early (``break`` then ``aclose()``, or ``async with``) stops the
+    generation and waits for its worker.
+    """
+
+    _END = object()
+
+    def __init__(self, model: Model, messages: Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
+        self.result: Result | None = None
+        self._args = (model, messages, tools, options)
+        self._task: asyncio.Task[Result] | None = None
+        self._iter: AsyncIterator[Delta] | None = None
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        if self._iter is None:
+            self._iter = self._deltas()
+        return self._iter
+
+    async def __anext__(self) -> Delta:
+        return await self.__aiter__().__anext__()
+
+    async def _deltas(self) -> AsyncIterator[Delta]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        model, messages, tools, options = self._args
+
+        def on_delta(delta: Delta) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, delta)
+
+        # The worker's last call_soon_threadsafe precedes the task's completion, so the
+        # end marker queued by the done callback comes after every delta.
+        self._task = asyncio.ensure_future(agenerate(model, messages, tools, on_delta=on_delta, **options))
+        self._task.add_done_callback(lambda _: queue.put_nowait(self._END))
+        try:
+            while (item := await queue.get()) is not self._END:
+                yield item
+            self.result = self._task.result()
+        finally:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def aclose(self) -> None:
+        """Stop the generation if it still runs, and wait until its worker has returned."""
+        it, self._iter = self._iter, None
+        if it is not None:
+            await it.aclose()  # type: ignore[attr-defined]
+        await self._stop()
+
+    async def __aenter__(self) -> AsyncStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def astream(
+    model: Model, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+) -> AsyncStream:
+    """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
+    return AsyncStream(model, messages, tools, options)
+
+
+async def _acall(agent: Agent, name: str, arguments: str) -> str:
+    """``Agent._call`` for async tools: a coroutine tool is awaited, a plain one runs in a thread."""
+    handler = agent.handlers.get(name)
+    if handler is None or not inspect.iscoroutinefunction(handler):
+        return await asyncio.to_thread(agent._call, name, arguments)
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as e:
+        return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
+    if not isinstance(args, dict):
+        return "error: the arguments must be a JSON object"
+    try:
+        output = await handler(**args)
+    except TypeError as e:
+        return f"error: bad arguments for {name}: {e}"
+    except Exception as e:  # the model gets to see and fix it
+        return f"error: {type(e).__name__}: {e}"
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+
+
+async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
+    """``Agent.run`` as a coroutine: the same loop, with ``agenerate`` and awaitable tools."""
+    from .agent import NUDGE, AgentResult, _call_key
+
+    if isinstance(prompt, str):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        if agent.system:
+            messages.insert(0, {"role": "system", "content": agent.system})
+    else:
+        messages = [dict(m) for m in prompt]
+    schemas = [t.schema for t in agent.tools.values()]
+    turns: list[Result] = []
+    loop = asyncio.get_running_loop()
+    on_delta = None
+    if agent.on_event is not None:
+
+        def on_delta(delta: Delta) -> None:  # worker thread: hand the event to the loop
+            if delta.get("content"):
+                loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": delta["content"]})
+
+    done: set[tuple[str, str]] = set()
+    nudged = False
+    for _ in range(agent.max_steps):
+        options = dict(agent.options)
+        if nudged:
+            options["tool_choice"] = "none"
+        result = await agenerate(agent.model, messages, schemas or None, on_delta=on_delta, **options)
+        turns.append(result)
+        agent._emit({"type": "turn", "result": result})
+        calls = result.get("tool_calls") or []
+        if not nudged and agent._stuck(result, calls, done):
+            nudged = True
+            messages.append({"role": "user", "content": NUDGE})
+            agent._emit({"type": "nudge", "content": NUDGE})
+            continue
+        messages.append(result["message"])
+        if not calls:
+            return AgentResult(result.get("content"), messages, turns, "answer")
+        for call in calls:
+            done.add(_call_key(call))
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            agent._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
+            output = await _acall(agent, name, arguments)
+            agent._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
+            messages.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": output})
+    return AgentResult(None, messages, turns, "max_steps")

@@ -1,0 +1,207 @@
+"""OpenAI's chat-completions envelope around el_generate: request body in, response and chunks out.
+
+Pure functions, no I/O. The invariant: what the library already speaks (messages, tools,
+tool_choice, response_format, stop, logprobs, logit_bias, ...) passes through unchanged and is
+validated by the library, whose messages reach the client verbatim; this module only renames
+fields, checks the envelope, and builds OpenAI's exact ``chat.completion`` /
+``chat.completion.chunk`` / error shapes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "ChatRequest",
+    "Completion",
+    "error_body",
+    "parse_request",
+]
+
+# Request fields handed to el_generate as options under the same name. top_k, min_p and
+# ignore_eos are llama.cpp's extensions (llama-server takes them too); any other field the
+# openai client may send (user, metadata, store, presence_penalty, ...) is ignored.
+PASSTHROUGH = (
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "top_k",
+    "min_p",
+    "ignore_eos",
+)
+
+# el_generate's finish reasons that OpenAI does not have. "cancelled" reaches no client in
+# practice: a call is cancelled only when its client has gone.
+FINISH_REASONS = {"cancelled": "stop"}
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error"}
+
+
+class ApiError(Exception):
+    """An error to answer with OpenAI's error shape and an HTTP status."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, ERROR_TYPES.get(self.status, "server_error"), self.param, self.code)
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+@dataclass
+class ChatRequest:
+    """One chat-completions request, translated to el_generate's arguments."""
+
+    model: str
+    messages: list[Any]
+    tools: list[Any] | None
+    options: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    include_usage: bool = False
+
+
+def _expect(body: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
+    """body[name] if absent, null or of ``kind``; True and False count as booleans only."""
+    value = body.get(name)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool)):
+        raise ApiError(400, f"'{name}' must be {what}", param=name, code="invalid_type")
+    return value
+
+
+def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
+    """Check the envelope and map the fields. The session is, first found: the body's ``session``
+    (``extra_body``), the ``X-Session-Id`` header, the body's ``prompt_cache_key``."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = _expect(body, "model", str, "a string")
+    if model is None:
+        raise ApiError(400, "you must provide a model parameter", param="model", code="missing_required_parameter")
+    messages = _expect(body, "messages", list, "an array of messages")
+    if not messages:
+        raise ApiError(400, "'messages' must be a non-empty array", param="messages", code="missing_required_parameter")
+    tools = _expect(body, "tools", list, "an array of tools") or None
+    n = _expect(body, "n", int, "an integer")
+    if n not in (None, 1):
+        raise ApiError(400, "only n=1 is supported", param="n", code="unsupported_value")
+    stream = bool(_expect(body, "stream", bool, "a boolean"))
+    stream_options = _expect(body, "stream_options", dict, "an object") or {}
+
+    options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
+    session = body.get("session") or session_header or body.get("prompt_cache_key")
+    if session is not None:
+        if not isinstance(session, str):
+            raise ApiError(400, "'session' must be a string", param="session", code="invalid_type")
+        options["session"] = session
+    return ChatRequest(model, messages, tools, options, stream, bool(stream_options.get("include_usage")))
+
+
+def _logprobs(logprobs: Any) -> Any:
+    """The library's logprobs without its extra token "id", in OpenAI's exact shape."""
+    if not logprobs:
+        return None
+
+    def entry(e: Mapping[str, Any]) -> dict[str, Any]:
+        out = {"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes")}
+        if "top_logprobs" in e:
+            out["top_logprobs"] = [entry(t) for t in e["top_logprobs"]]
+        return out
+
+    return {"content": [entry(e) for e in logprobs.get("content") or []], "refusal": None}
+
+
+def _usage(result: Mapping[str, Any]) -> Any:
+    """OpenAI's usage; the prompt tokens the cache already held are its ``cached_tokens``."""
+    usage = result.get("usage")
+    if usage is None:
+        return None
+    return {**usage, "prompt_tokens_details": {"cached_tokens": result.get("n_reused", 0)}}
+
+
+class Completion:
+    """The envelope of one completion: its id, creation time and model, shared by all its chunks."""
+
+    def __init__(self, model: str) -> None:
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+
+    def _envelope(self, obj: str, choices: list[Any], usage: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+            "system_fingerprint": None,
+        }
+
+    def response(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``chat.completion`` from el_generate's result."""
+        message: dict[str, Any] = {"role": "assistant", "content": result.get("content"), "refusal": None}
+        if result.get("tool_calls"):
+            message["tool_calls"] = result["tool_calls"]
+        if result.get("reasoning_content"):
+            message["reasoning_content"] = result["reasoning_content"]  # llama-server's name for it
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": _logprobs(result.get("logprobs")),
+            "finish_reason": FINISH_REASONS.get(result["finish_reason"], result["finish_reason"]),
+        }
+        return self._envelope("chat.completion", [choice], _usage(result))
+
+    def chunk(
+        self, delta: Mapping[str, Any], finish_reason: str | None = None, logprobs: Any = None, usage: bool = False
+    ) -> dict[str, Any]:
+        """A ``chat.completion.chunk`` with one choice. With ``stream_options.include_usage``
+        every chunk carries ``"usage": null`` (``usage=True``) until the usage chunk."""
+        choice = {"index": 0, "delta": dict(delta), "logprobs": logprobs, "finish_reason": finish_reason}
+        out = self._envelope("chat.completion.chunk", [choice], None)
+        if not usage:
+            del out["usage"]
+        return out
+
+    def first_chunk(self, usage: bool) -> dict[str, Any]:
+        return self.chunk({"role": "assistant", "content": "", "refusal": None}, usage=usage)
+
+    def delta_chunk(self, delta: Mapping[str, Any], usage: bool) -> dict[str, Any] | None:
+        """The chunk of one library delta; None for deltas with no text (prompt progress)."""
+        out: dict[str, Any] = {}
+        if delta.get("content"):
+            out["content"] = delta["content"]
+        if delta.get("reasoning_content"):
+            out["reasoning_content"] = delta["reasoning_content"]
+        if delta.get("tool_calls"):
+            out["tool_calls"] = [
+                {**c, "type": "function"} if "id" in c and "type" not in c else c for c in delta["tool_calls"]
+            ]
+        return self.chunk(out, usage=usage) if out else None
+
+    def final_chunk(self, result: Mapping[str, Any], usage: bool) -> dict[str, Any]:
+        """The chunk closing the choice: its finish reason, and all logprobs (the library's
+        deltas carry none; OpenAI's stream helpers concatenate them across chunks)."""
+        reason = FINISH_REASONS.get(result["finish_reason"], result["finish_reason"])
+        return self.chunk({}, reason, _logprobs(result.get("logprobs")), usage=usage)
+
+    def usage_chunk(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        return self._envelope("chat.completion.chunk", [], _usage(result))

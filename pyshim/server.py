@@ -1,0 +1,336 @@
+"""``python -m pyshim serve``: the OpenAI-compatible HTTP door over one model (Starlette + uvicorn).
+
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``.
+Every error is answered in OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
+
+The invariants this module keeps:
+- the event loop never blocks: each library call runs in a worker thread (``pyshim.aio``);
+- calls take turns on the handle in a bounded FIFO (``--max-queue`` waiting; 503 beyond), and a
+  client that goes away stops only its own call: one still waiting leaves the queue, the one
+  running is cancelled with ``el_cancel``, so the next request finds the model ready;
+- no request can take the server down: anything unexpected becomes a 500 for that request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from . import aio
+from .errors import InvalidRequest
+from .model import Model
+from .openai_api import ApiError, ChatRequest, Completion, error_body, parse_request
+
+__all__ = ["Door", "Settings", "create_app", "serve"]
+
+log = logging.getLogger("pyshim.server")
+T = TypeVar("T")
+
+
+@dataclass
+class Settings:
+    """What ``serve`` was asked for: the model, el_open's config, and the door's limits."""
+
+    model: str
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_queue: int = 16
+    cors_origins: list[str] = field(default_factory=list)
+    log_level: str = "info"
+
+
+class Door:
+    """The server's state: the model (None while it loads) and the checks every request passes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.model: Model | None = None
+        self.load_error: BaseException | None = None
+        self.on_load_failure: Callable[[], None] = lambda: None
+        self.created = int(time.time())
+
+    async def load(self) -> None:
+        try:
+            model = await asyncio.to_thread(Model, self.settings.model, **self.settings.config)
+        except Exception as e:
+            log.error("could not load %s: %s", self.settings.model, e)
+            self.load_error = e
+            self.on_load_failure()
+            return
+        aio.gate(model).max_waiting = self.settings.max_queue
+        self.model = model
+        log.info("serving %s as %r", model.path, self.settings.name)
+
+    def ready(self) -> Model:
+        if self.model is None:
+            raise ApiError(503, "the model is still loading", code="model_loading")
+        return self.model
+
+    def check_key(self, request: Request) -> None:
+        key = self.settings.api_key
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise ApiError(401, "incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+
+    def check_model(self, name: str) -> None:
+        if name not in (self.settings.name, self.settings.model):
+            raise ApiError(404, f"the model '{name}' does not exist", param="model", code="model_not_found")
+
+
+def _error(exc: BaseException) -> ApiError:
+    """The status and message a client sees for an exception."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, aio.Overloaded):
+        return ApiError(503, f"the server is overloaded: {exc}; retry later", code="overloaded")
+    if isinstance(exc, InvalidRequest):
+        return ApiError(400, str(exc))  # the library's message, verbatim
+    log.exception("request failed", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _error_response(exc: BaseException) -> JSONResponse:
+    err = _error(exc)
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+# A body over the limit is still read (and dropped) up to this many bytes, so that the client
+# gets its 413: closing a socket with unread data resets it before the client reads the answer.
+_DRAIN_BYTES = 64 * 1024 * 1024
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The body as JSON; one over ``limit`` bytes is refused (413) without being kept in memory."""
+    body, size = bytearray(), 0
+    length = request.headers.get("content-length", "")
+    declared = int(length) if length.isdigit() else 0
+    if declared <= _DRAIN_BYTES:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                body += chunk
+            elif size > _DRAIN_BYTES:
+                break
+    if max(size, declared) > limit:
+        raise ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, cancelling it (and so its generation) if the client disconnects first."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise _ClientGone
+    return task.result()
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events whose body iterator is always closed, also when the client left
+    mid-stream (Starlette cancels the send and leaves the iterator to the garbage collector)."""
+
+    def __init__(self, events: AsyncIterator[str]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._events.aclose()  # type: ignore[attr-defined]
+
+
+def _model_ms(result: Any) -> float:
+    """Time the library spent on the call (template, cache, prefill, decode): what is left of a
+    client's wall time is the door's own cost (bench/door.py reads it from a response header)."""
+    return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _events(
+    comp: Completion, stream: aio.AsyncStream, deltas: AsyncIterator[Any], first: Any, usage: bool
+) -> AsyncIterator[str]:
+    """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``."""
+    try:
+        yield _sse(comp.first_chunk(usage))
+        delta = first
+        while delta is not None:
+            chunk = comp.delta_chunk(delta, usage)
+            if chunk is not None:
+                yield _sse(chunk)
+            delta = await anext(deltas, None)
+        assert stream.result is not None
+        yield _sse(comp.final_chunk(stream.result, usage))
+        if usage:
+            yield _sse(comp.usage_chunk(stream.result))
+    except Exception as e:  # after the 200 went out, an error can only travel as an event
+        yield _sse(_error(e).body())
+    finally:
+        await stream.aclose()
+    yield "data: [DONE]\n\n"
+
+
+async def chat_completions(request: Request) -> Response:
+    door: Door = request.app.state.door
+    door.check_key(request)
+    model = door.ready()
+    req: ChatRequest = parse_request(
+        await _read_json(request, door.settings.max_request_bytes), request.headers.get("x-session-id")
+    )
+    door.check_model(req.model)
+    comp = Completion(door.settings.name)
+    try:
+        if not req.stream:
+            result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
+            return JSONResponse(comp.response(result), headers={"X-Pyshim-Model-Ms": f"{_model_ms(result):.3f}"})
+        stream = aio.astream(model, req.messages, req.tools, **req.options)
+        deltas = aiter(stream)
+        # The first delta (or the end) comes before the headers, so that a request the library
+        # refuses, or one the queue cannot take, still gets its own status code.
+        try:
+            first = await _unless_disconnected(request, anext(deltas, None))
+        except BaseException:
+            await stream.aclose()
+            raise
+        return _EventStream(_events(comp, stream, deltas, first, req.include_usage))
+    except _ClientGone:
+        return Response(status_code=499)  # nobody reads it; uvicorn drops it
+    except Exception as e:  # answered here: Starlette's catch-all handler would also drop the connection
+        return _error_response(e)
+
+
+async def list_models(request: Request) -> Response:
+    door: Door = request.app.state.door
+    door.check_key(request)
+    return JSONResponse({"object": "list", "data": [_model_card(door)]})
+
+
+async def get_model(request: Request) -> Response:
+    door: Door = request.app.state.door
+    door.check_key(request)
+    door.check_model(request.path_params["model"])
+    return JSONResponse(_model_card(door))
+
+
+def _model_card(door: Door) -> dict[str, Any]:
+    return {"id": door.settings.name, "object": "model", "created": door.created, "owned_by": "pyshim"}
+
+
+async def health(request: Request) -> Response:
+    """Unauthenticated: whether the model is loaded, and whether a call runs or waits."""
+    door: Door = request.app.state.door
+    model = door.ready()
+    g = aio.gate(model)
+    return JSONResponse({"status": "ok", "model": door.settings.name, "running": g.running, "queued": g.waiting})
+
+
+async def _on_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(error_body(str(exc.detail), type_, None, code), status_code=exc.status_code)
+    return _error_response(exc)
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The ASGI app; the model loads in the background once it starts (503 until then)."""
+    door = Door(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loading = asyncio.ensure_future(door.load())
+        yield
+        await loading
+        if door.model is not None:
+            await asyncio.to_thread(door.model.close)
+
+    middleware = []
+    if settings.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=settings.cors_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "X-Session-Id"],
+            )
+        )
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        middleware=middleware,
+        # Exception: the last resort (Starlette answers, then re-raises to uvicorn, which closes
+        # the connection); the endpoints answer their own errors before it comes to that.
+        exception_handlers={HTTPException: _on_error, ApiError: _on_error, Exception: _on_error},
+        lifespan=lifespan,
+    )
+    app.state.door = door
+    return app
+
+
+def serve(settings: Settings) -> int:
+    """Run the server until interrupted. Returns the process exit code (1 if the model failed to load)."""
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
+    app = create_app(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on")
+    )
+    door: Door = app.state.door
+
+    def stop() -> None:
+        server.should_exit = True
+
+    door.on_load_failure = stop
+    if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("listening on %s without an API key: anyone who can reach it can use the model", settings.host)
+    server.run()
+    return 1 if door.load_error is not None else 0

@@ -1,0 +1,393 @@
+"""The OpenAI door, driven by the real ``openai`` client against real ``python -m pyshim serve`` processes.
+
+Two servers, each started once for this file on a free port: smollm2 (fast; with an API key,
+a small request limit and a queue of 3) and qwen2.5-coder (tool calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from conftest import QWEN, ROOT, SMOL, WEATHER_TOOL
+
+KEY = "test-key"
+PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
+# Answered in a few tokens: openai's stream helpers refuse a completion cut at max_tokens.
+SHORT = [{"role": "user", "content": "Reply with just the word: yes"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def start_server() -> Iterator[Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> str:
+        port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("PYSHIM_API_KEY", None)
+        cmd = [sys.executable, "-m", "pyshim", "serve", *args, "--port", str(port), "--log-level", "warning"]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}: {proc.stdout.read().decode()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    return url
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        pytest.fail("server did not become healthy")
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def smol_url(start_server: Any) -> str:
+    return str(
+        start_server(
+            SMOL, "--n-ctx", "2048", "--n-seq", "2", "--temperature", "0", "--api-key", KEY,
+            "--max-request-bytes", "200000", "--max-queue", "3",
+        )
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def qwen_url(start_server: Any) -> str:
+    return str(start_server(QWEN, "--n-ctx", "4096", "--temperature", "0"))
+
+
+def client(url: str, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def health(url: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/health").json())
+
+
+def wait_for(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+# -- plain, streamed, models -------------------------------------------------------------------
+
+
+def test_plain_completion_has_openai_shape(smol_url: str) -> None:
+    raw = client(smol_url).chat.completions.with_raw_response.create(
+        model=SMOL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=8, user="someone"
+    )
+    body = raw.http_response.json()
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage", "system_fingerprint"}
+    r = raw.parse()
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-") and r.model == SMOL
+    choice = r.choices[0]
+    assert choice.index == 0 and choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length") and choice.logprobs is None
+    assert r.usage is not None and r.usage.completion_tokens <= 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_stream_chunks_and_usage(smol_url: str) -> None:
+    chunks = list(
+        client(smol_url).chat.completions.create(
+            model=SMOL,
+            messages=[{"role": "user", "content": "Count from 1 to 5"}],
+            max_completion_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    *body, last = chunks
+    assert last.choices == [] and last.usage is not None and last.usage.completion_tokens <= 12
+    assert body[-1].choices[0].finish_reason in ("stop", "length")
+    assert all(c.choices[0].finish_reason is None for c in body[:-1]) and all(c.usage is None for c in body)
+    assert "".join(c.choices[0].delta.content or "" for c in body)
+
+
+def test_models_and_health(smol_url: str) -> None:
+    c = client(smol_url)
+    assert [m.id for m in c.models.list()] == [SMOL]
+    assert c.models.retrieve(SMOL).id == SMOL
+    assert health(smol_url)["status"] == "ok"
+
+
+def test_async_client_plain_and_streamed(smol_url: str) -> None:
+    async def go() -> tuple[str, str]:
+        c = openai.AsyncOpenAI(base_url=f"{smol_url}/v1", api_key=KEY, max_retries=0)
+        r = await c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "Hi"}], max_tokens=6)
+        async with c.chat.completions.stream(model=SMOL, messages=SHORT, max_tokens=60) as s:
+            final = await s.get_final_completion()
+        await c.close()
+        return r.choices[0].message.content or "", final.choices[0].message.content or ""
+
+    plain, streamed = asyncio.run(go())
+    assert plain and streamed
+
+
+# -- tools, json_schema, logprobs ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_streamed_tool_calls_reassemble_to_the_plain_ones(qwen_url: str, tool_choice: Any) -> None:
+    c = client(qwen_url)
+    args: dict[str, Any] = {"model": QWEN, "messages": PARIS, "tools": [WEATHER_TOOL], "tool_choice": tool_choice}
+    plain = c.chat.completions.create(max_tokens=60, **args).choices[0]
+    assert plain.finish_reason == "tool_calls"
+    calls = [(t.function.name, json.loads(t.function.arguments)) for t in plain.message.tool_calls or []]
+    assert calls and calls[0][0] == "get_weather" and "paris" in calls[0][1]["city"].lower()
+
+    with c.chat.completions.stream(max_tokens=60, **args) as stream:
+        events = [e.type for e in stream]
+        final = stream.get_final_completion().choices[0]
+    assert "tool_calls.function.arguments.done" in events
+    assert final.finish_reason == "tool_calls"
+    streamed = final.message.tool_calls or []
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in streamed] == calls
+    assert all(t.id and t.type == "function" for t in streamed)
+
+
+def test_json_schema_output(smol_url: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["answer"],
+    }
+    r = client(smol_url).chat.completions.create(
+        model=SMOL,
+        messages=[{"role": "user", "content": "Is the sky blue? Answer in JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+        max_tokens=30,
+    )
+    assert json.loads(r.choices[0].message.content or "")["answer"] in ("yes", "no")
+
+
+def test_logprobs_plain_and_streamed(smol_url: str) -> None:
+    c = client(smol_url)
+    args: dict[str, Any] = {"model": SMOL, "messages": SHORT, "max_tokens": 60}
+    r = c.chat.completions.create(logprobs=True, top_logprobs=2, **args)
+    lp = r.choices[0].logprobs
+    assert lp is not None and lp.content is not None and r.usage is not None
+    assert len(lp.content) == r.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in lp.content)
+    # The library also reports the end-of-turn token it sampled, which is not in the content.
+    assert "".join(t.token for t in lp.content).startswith(r.choices[0].message.content or "")
+    with c.chat.completions.stream(logprobs=True, top_logprobs=2, **args) as s:
+        final = s.get_final_completion().choices[0]
+    assert final.logprobs is not None and final.logprobs.content
+    assert [t.token for t in final.logprobs.content] == [t.token for t in lp.content]
+
+
+def test_sessions_keep_their_cache(smol_url: str) -> None:
+    """Each way of naming a session reaches the library: a body field, a header, prompt_cache_key."""
+    c = client(smol_url)
+    history = [{"role": "user", "content": "My name is Ada. Remember it."}]
+    first = c.chat.completions.create(model=SMOL, messages=history, max_tokens=8, extra_body={"session": "ada"})
+    history.append({"role": "assistant", "content": first.choices[0].message.content})
+    history.append({"role": "user", "content": "What is my name?"})
+    other = [{"role": "user", "content": "Unrelated"}]
+    c.chat.completions.create(model=SMOL, messages=other, max_tokens=4, prompt_cache_key="other")
+    second = c.chat.completions.create(
+        model=SMOL, messages=history, max_tokens=8, extra_headers={"X-Session-Id": "ada"}
+    )
+    assert second.usage is not None and first.usage is not None
+    details = second.usage.prompt_tokens_details
+    assert details is not None and (details.cached_tokens or 0) >= first.usage.prompt_tokens
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_errors_have_openai_shape_and_status(smol_url: str) -> None:
+    c = client(smol_url)
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.chat.completions.create(model=SMOL, messages=[{"role": "wizard", "content": "hi"}])
+    assert "wizard" in bad.value.message  # the library's own message, verbatim
+    with pytest.raises(openai.BadRequestError, match="n=1"):
+        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "hi"}], n=2)
+    with pytest.raises(openai.BadRequestError):  # a stream the library refuses still gets a status
+        c.chat.completions.create(model=SMOL, messages=SHORT, top_p=7, stream=True)
+    with pytest.raises(openai.AuthenticationError):
+        client(smol_url, key="wrong").chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "x"}])
+    assert httpx.get(f"{smol_url}/v1/models").status_code == 401
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError):
+        c.models.retrieve("nope")
+    with pytest.raises(openai.APIStatusError) as big:
+        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "x" * 300_000}])
+    assert big.value.status_code == 413
+    raw = httpx.post(
+        f"{smol_url}/v1/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert raw.status_code == 400 and set(raw.json()["error"]) == {"message", "type", "param", "code"}
+    gone = httpx.get(f"{smol_url}/v1/nothing-here", headers={"Authorization": f"Bearer {KEY}"})
+    assert gone.status_code == 404 and gone.json()["error"]["type"] == "invalid_request_error"
+    # and the model is still fine
+    assert c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "hi"}], max_tokens=3).choices
+
+
+def test_internal_errors_are_500() -> None:
+    from pyshim.server import _error
+
+    err = _error(RuntimeError("boom"))
+    assert err.status == 500 and err.body()["error"]["type"] == "server_error" and "boom" in err.message
+
+
+# -- disconnects, queueing, concurrency ---------------------------------------------------------
+
+LONG: dict[str, Any] = {
+    "model": SMOL,
+    "messages": [{"role": "user", "content": "Write a very long story."}],
+    "extra_body": {"ignore_eos": True},
+}
+
+
+def test_disconnect_mid_stream_cancels_and_the_next_request_works(smol_url: str) -> None:
+    c = client(smol_url)
+    stream = c.chat.completions.create(max_tokens=4000, stream=True, **LONG)  # 30 s or more if left to run
+    for n, _ in enumerate(stream):
+        if n == 3:
+            break
+    stream.close()
+    start = time.monotonic()
+    wait_for(lambda: not health(smol_url)["running"], 15, "the abandoned generation to stop")
+    r = c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert r.choices[0].message.content and time.monotonic() - start < 20
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as e:
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_queued_disconnect_leaves_the_queue_and_spares_the_running_call(smol_url: str) -> None:
+    c = client(smol_url)
+    runner, result = _in_thread(lambda: c.chat.completions.create(max_tokens=40, **LONG))
+    wait_for(lambda: health(smol_url)["running"], 10, "the first call to run")
+    # A raw socket: an HTTP client would wait for the response headers, which come only once it runs.
+    body = json.dumps({"model": SMOL, "messages": [{"role": "user", "content": "Hi"}], "stream": True}).encode()
+    host, port = smol_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as queued:
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+        queued.sendall(f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        wait_for(lambda: health(smol_url)["queued"] == 1, 5, "the second call to queue")
+    wait_for(lambda: health(smol_url)["queued"] == 0, 5, "the abandoned call to leave the queue")
+    runner.join(300)
+    r = result[0]
+    assert not isinstance(r, Exception), r
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 40
+
+
+def test_queue_bound_gives_503(smol_url: str) -> None:
+    c = client(smol_url)
+    short: dict[str, Any] = {"model": SMOL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    runner, _ = _in_thread(lambda: c.chat.completions.create(max_tokens=200, **LONG))
+    wait_for(lambda: health(smol_url)["running"], 10, "the first call to run")
+    waiting = [_in_thread(lambda: c.chat.completions.create(**short)) for _ in range(3)]
+    wait_for(lambda: health(smol_url)["queued"] == 3, 10, "three calls to queue")
+    with pytest.raises(openai.APIStatusError) as full:
+        c.chat.completions.create(**short)
+    assert full.value.status_code == 503
+    for t, out in [(runner, []), *waiting]:
+        t.join(300)
+        assert not any(isinstance(o, Exception) for o in out), out
+
+
+def _const_format(i: int) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"client": {"const": i}}, "required": ["client"]}
+    return {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
+
+
+def test_four_concurrent_clients_get_their_own_answers(smol_url: str) -> None:
+    def ask(i: int) -> Any:
+        return client(smol_url).chat.completions.create(
+            model=SMOL, messages=[{"role": "user", "content": f"Client {i}"}], response_format=_const_format(i),
+            max_tokens=20, stream=i % 2 == 1,
+        )  # fmt: skip
+
+    threads = [_in_thread(lambda i=i: ask(i)) for i in range(4)]
+    for i, (t, out) in enumerate(threads):
+        t.join(300)
+        r = out[0]
+        assert not isinstance(r, Exception), r
+        if i % 2 == 0:
+            text = r.choices[0].message.content
+        else:
+            text = "".join(c.choices[0].delta.content or "" for c in r if c.choices)
+        assert json.loads(text) == {"client": i}
+
+
+def test_four_concurrent_async_clients(smol_url: str) -> None:
+    async def go() -> list[str]:
+        c = openai.AsyncOpenAI(base_url=f"{smol_url}/v1", api_key=KEY, max_retries=0)
+        rs = await asyncio.gather(
+            *(
+                c.chat.completions.create(
+                    model=SMOL,
+                    messages=[{"role": "user", "content": f"Client {i}"}],
+                    response_format=_const_format(i),
+                    max_tokens=20,
+                )
+                for i in range(4)
+            )
+        )
+        await c.close()
+        return [r.choices[0].message.content or "" for r in rs]
+
+    assert [json.loads(t) for t in asyncio.run(go())] == [{"client": i} for i in range(4)]
+
+
+def test_request_mapping() -> None:
+    """The envelope: renamed fields, the session's three names in order, n and type checks."""
+    from pyshim.openai_api import ApiError, parse_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5}
+    body |= {"max_tokens": 9, "temperature": 0, "user": "u", "store": False, "prompt_cache_key": "k"}
+    req = parse_request(body)
+    assert req.options == {"temperature": 0, "max_tokens": 5, "session": "k"} and req.tools is None
+    assert parse_request(body, "h").options["session"] == "h"
+    assert parse_request({**body, "session": "s"}, "h").options["session"] == "s"
+    for bad in ({"n": 2}, {"n": True}, {"messages": "x"}, {"messages": []}, {"stream": "yes"}, {"model": None}):
+        with pytest.raises(ApiError) as e:
+            parse_request({**body, **bad})
+        assert e.value.status == 400
