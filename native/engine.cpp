@@ -185,6 +185,31 @@ int32_t Engine::evaluate(const std::vector<llama_token> & toks, size_t from, siz
     return 0;
 }
 
+// The most likely next token after the request's biases, read straight from the logits
+// of the last evaluation (the greedy fast path: no candidate array, no sort). `biased`
+// marks the tokens that have a bias, so the scan skips them and they compete with their
+// biased logit.
+llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased) const {
+    llama_synchronize(ctx_);
+    const float * logits = llama_get_logits_ith(ctx_, -1);
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    llama_token best = 0;
+    float best_logit = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (logits[i] > best_logit && !biased[i]) {
+            best_logit = logits[i];
+            best       = i;
+        }
+    }
+    for (const auto & [token, bias] : req.greedy_bias) {
+        if (logits[token] + bias > best_logit) {
+            best_logit = logits[token] + bias;
+            best       = token;
+        }
+    }
+    return best;
+}
+
 json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const {
     const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
     float max_l = -INFINITY;
@@ -353,6 +378,13 @@ void Engine::prefill(const Request & req, DeltaStream & stream, bool streaming, 
 std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
                            CallReport & rep) {
     const auto t0 = steady::now();
+    std::vector<uint8_t> biased;
+    if (req.greedy) {
+        biased.assign(llama_vocab_n_tokens(vocab_), 0);
+        for (const auto & b : req.greedy_bias) {
+            biased[b.first] = 1;
+        }
+    }
     std::string text;
     if (req.has_canned_output && rep.finish_reason.empty()) {
         text = req.canned_output;  // test hook: exercise parsing and recovery on exact text
@@ -370,6 +402,8 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
                 break;
             }
             tok = req.forced_output[rep.n_decoded];
+        } else if (req.greedy) {
+            tok = argmax_token(req, biased);
         } else {
             tok = common_sampler_sample(sampler, ctx_, -1);
             common_sampler_accept(sampler, tok, true);

@@ -78,7 +78,8 @@ class Engine {
 
     int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
                      const std::function<void(size_t)> & progress = nullptr);
-    json    logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
+    json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
+    llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased) const;
 
     Config                    cfg_;
     llama_model *             model_ = nullptr;

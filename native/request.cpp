@@ -15,6 +15,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 namespace el {
 
@@ -177,7 +178,8 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         if (!t->is_object()) {
             fail("\"_test\" must be an object");
         }
-        reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost"},
+        reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost",
+                                 "sampler_chain"},
                             "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
@@ -195,6 +197,7 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
                        : reuse == "corrupt"      ? UnsafeReuse::Corrupt
                                                  : UnsafeReuse::None;
         r.fail_after_prefill = get_bool(*t, "fail_after_prefill", false);
+        r.sampler_chain      = get_bool(*t, "sampler_chain", false);
 #else
         (void) t;
         (void) vocab;
@@ -423,6 +426,28 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
     }
 }
 
+// Greedy without a grammar: the sampler chain (logit bias and the model's suppressed
+// tokens, then top-k/top-p/min-p, then a temperature <= 0 that keeps only the maximum)
+// picks the argmax of the biased logits, so the decode loop reads it directly instead
+// of building and sorting a candidate array over the whole vocabulary.
+void set_greedy(const llama_vocab * vocab, Request & r) {
+    const common_params_sampling & s = r.sampling;
+    r.greedy = s.temp <= 0 && s.grammar.empty() && !r.sampler_chain;
+    if (!r.greedy) {
+        return;
+    }
+    std::map<llama_token, float> bias;
+    for (const auto & b : s.logit_bias) {
+        bias[b.token] += b.bias;
+    }
+    int32_t n_suppress = 0;
+    const llama_token * suppress = llama_vocab_get_suppress_tokens(vocab, &n_suppress);
+    for (int32_t i = 0; i < n_suppress; i++) {
+        bias[suppress[i]] = -INFINITY;
+    }
+    r.greedy_bias.assign(bias.begin(), bias.end());
+}
+
 std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::string & text) {
     std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
     const llama_token bos = llama_vocab_bos(vocab);
@@ -466,6 +491,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
 
     const common_chat_templates_inputs in = render(m, inputs.messages, inputs.tools, parallel, tools_active, r);
     choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
+    set_greedy(m.vocab, r);
     // Forced calls are written as JSON by construction; recovery is how they are read.
     r.recover = forced || (r.recover && tools_active);
 

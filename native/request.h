@@ -13,6 +13,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace el {
@@ -38,6 +39,8 @@ struct Request {
     int32_t                      max_tokens  = 0;
     int32_t                      top_logprobs = -1;  // -1: no logprobs
     double                       timeout_ms   = 0;
+    bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits
+    std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
     std::string                  session;                 // pin the conversation to a slot
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
@@ -46,6 +49,7 @@ struct Request {
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
     bool                         fail_after_prefill = false;
     bool                         device_lost        = false;  // llama_decode reports a fatal backend error
+    bool                         sampler_chain      = false;  // no greedy fast path: the full chain samples
     bool                         has_canned_output  = false;  // parse this text instead of sampling
     std::string                  canned_output;
     bool                         has_forced_output  = false;  // decode these tokens instead of sampling

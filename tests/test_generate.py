@@ -161,3 +161,14 @@ def test_seeded_sampling_is_reproducible(smol: pyshim.Model) -> None:
     smol.reset()
     b = smol.generate(user("Tell me a fun fact."), **opts)
     assert a["content"] == b["content"]
+
+
+@pytest.mark.parametrize("options", [{}, {"ignore_eos": True}, {"logit_bias": {"13": 5.0, "11": -100}}])
+def test_greedy_fast_path_picks_what_the_sampler_chain_picks(smol: pyshim.Model, options: dict) -> None:
+    """Greedy decoding reads the argmax of the (biased) logits directly; the full chain must agree."""
+    outputs = []
+    for hooks in ({}, {"sampler_chain": True}):
+        smol.reset()  # identical evaluations, so identical logits
+        r = smol.generate(user("Write a short poem about rain."), max_tokens=40, temperature=0, _test=hooks, **options)
+        outputs.append((r["content"], r["n_decoded"]))
+    assert outputs[0] == outputs[1]
