@@ -196,3 +196,11 @@ def test_invalid_and_duplicate_names_are_refused_clearly() -> None:
     with pytest.raises(InvalidTool, match=r"two tools are named 'search'.*A\.search.*B\.search"):
         as_tools([A().search, B().search])
     assert issubclass(InvalidTool, ShimError)
+
+
+def test_a_request_with_nan_or_infinity_is_refused_before_it_reaches_the_library() -> None:
+    from pyshim._lib import encode
+    from pyshim.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="JSON"):
+        encode([{"type": "function", "function": {"name": "f", "parameters": {"default": math.inf}}}])
