@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test lint demo bench bench-peers bench-door peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -49,6 +49,11 @@ lint: venv
 test: build models lint
 	$(PY) -m pytest tests -q
 	$(MAKE) sanitize
+
+# `pip wheel .` from a copy of this tree with empty pyshim and pip caches: compiles llama.cpp
+# from scratch (about 7 minutes on 2 cores), so it is not part of `make test`.
+test-install: venv
+	PYSHIM_TEST_INSTALL=1 $(PY) -m pytest tests/test_install.py -q -s
 
 demo: build
 	$(PY) -m pyshim demo

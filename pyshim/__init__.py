@@ -11,21 +11,37 @@ from __future__ import annotations
 from . import models
 from ._lib import version
 from .agent import Agent, AgentResult
-from .errors import ClosedModel, InvalidRequest, LibraryNotFound, ModelLoadError, ShimError
+from .errors import (
+    AgentError,
+    ClosedModel,
+    ContextFull,
+    InvalidRequest,
+    InvalidTool,
+    LibraryNotFound,
+    ModelFetchError,
+    ModelLoadError,
+    ShimError,
+    UnknownModel,
+)
 from .model import Model, Stream, default_model, generate
 from .tools import Tool, function_schema
 
 __all__ = [
     "Agent",
+    "AgentError",
     "AgentResult",
     "ClosedModel",
+    "ContextFull",
     "InvalidRequest",
+    "InvalidTool",
     "LibraryNotFound",
     "Model",
+    "ModelFetchError",
     "ModelLoadError",
     "ShimError",
     "Stream",
     "Tool",
+    "UnknownModel",
     "default_model",
     "function_schema",
     "generate",

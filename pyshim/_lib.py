@@ -17,7 +17,7 @@ from typing import Any
 
 import cffi
 
-from .errors import LibraryNotFound, ShimError, error_for
+from .errors import InvalidRequest, LibraryNotFound, ShimError, error_for
 
 CDEF = """
 typedef struct el_handle el_handle;
@@ -94,7 +94,11 @@ def take_json(ptr: Any) -> dict[str, Any]:
 
 
 def encode(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    """JSON for the library; NaN, Infinity and objects JSON cannot hold are refused here, by name."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise InvalidRequest(f"cannot send this to the model as JSON: {e}") from e
 
 
 def version() -> str:

@@ -1,18 +1,29 @@
-"""The agent loop: generate, run the tools the model asks for, feed results back, repeat."""
+"""The agent loop: generate, run the tools the model asks for, feed results back, repeat.
+
+The loop itself (``Agent.run``) only sequences steps; what each step does lives in
+``_Run`` (the transcript and the decisions on each model turn) and in the tool-call
+helpers (``Agent._runner``, ``tool_output``), so that a loop of another flavour can
+reuse them unchanged.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .model import Model, Result
-from .tools import Tool, as_tool
+from .tools import Tool, ToolArgumentError, as_tools
 
 __all__ = ["Agent", "AgentResult", "Event"]
 
 Event = dict[str, Any]
+Runner = Callable[[dict[str, Any]], Any]
 
 NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
 
@@ -29,28 +40,118 @@ def _call_key(call: dict[str, Any]) -> tuple[str, str]:
 
 @dataclass
 class AgentResult:
-    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result."""
+    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
+
+    ``stopped`` says why the loop ended: ``"answer"``, ``"max_steps"``, or
+    ``"context_full"`` (the conversation no longer fits the model's context; ``error``
+    says by how much, and ``messages`` still holds everything up to that point).
+    """
 
     content: str | None
     messages: list[dict[str, Any]]
     turns: list[Result] = field(default_factory=list)
-    stopped: str = "answer"  # "answer" or "max_steps"
+    stopped: str = "answer"
+    error: str | None = None
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
         return [c for m in self.messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
 
+    @property
+    def tools_ran(self) -> list[dict[str, Any]]:
+        """The tool results of this transcript, in order: one ``{"role": "tool", ...}`` message per call run."""
+        return [m for m in self.messages if m.get("role") == "tool"]
+
+
+@dataclass
+class _Run:
+    """One run's transcript and bookkeeping; each method is one decision of the loop."""
+
+    messages: list[dict[str, Any]]
+    turns: list[Result] = field(default_factory=list)
+    done: set[tuple[str, str]] = field(default_factory=set)
+    nudged: bool = False
+
+    def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        options = dict(base)
+        if self.nudged:
+            options["tool_choice"] = "none"
+        return options
+
+    def take(self, result: Result) -> str:
+        """Record one model turn; returns what to do next: "answer", "nudge", "calls" or "context_full"."""
+        self.turns.append(result)
+        calls = result.get("tool_calls") or []
+        if not self.nudged and _stuck(result, calls, self.done):
+            # Small models often ask again for results they already have, or run on
+            # writing calls as text. Ask once, plainly, for the answer instead.
+            self.nudged = True
+            self.messages.append({"role": "user", "content": NUDGE})
+            return "nudge"
+        self.messages.append(result["message"])
+        if result.get("truncated"):
+            return "context_full"
+        return "calls" if calls else "answer"
+
+    def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
+        self.done.add(_call_key(call))
+        message = {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
+        self.messages.append(message)
+        return message
+
+    def result(self, stopped: str, error: str | None = None) -> AgentResult:
+        content = self.turns[-1].get("content") if stopped == "answer" and self.turns else None
+        return AgentResult(content, self.messages, self.turns, stopped, error)
+
+
+def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
+    if calls:
+        return all(_call_key(c) in done for c in calls)
+    content = (result.get("content") or "").lstrip()
+    return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
+
+
+def tool_output(value: Any) -> str:
+    """What the model sees of a tool's return value."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def settle(value: Any) -> Any:
+    """The value of an ``async def`` tool's awaitable, run to completion from synchronous code.
+
+    With no event loop running in this thread it runs on a fresh one; when ``run()`` is
+    itself called from async code, the awaitable runs on a loop of its own in a helper
+    thread (the calling loop is blocked by the synchronous ``run()`` either way).
+    """
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait() -> Any:
+        return await value
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyshim-tool") as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
 
 class Agent:
     """Runs a model in a tool-calling loop until it answers without calling a tool.
 
-    ``tools`` are Python functions (their schema comes from type hints and the
-    docstring), OpenAI tool dicts (which then need a ``handlers`` entry to run),
-    or ``Tool`` objects. A tool that raises, an unknown tool name or arguments
-    that are not valid JSON are reported back to the model as the tool's result,
-    and the loop goes on. ``on_event`` receives ``{"type": "text", "delta"}``,
-    ``{"type": "tool_call", ...}``, ``{"type": "tool_result", ...}`` and
-    ``{"type": "turn", "result"}`` events as they happen.
+    ``tools`` are Python callables (functions, methods, ``functools.partial``, callable
+    objects, ``async def`` functions; the schema comes from type hints and the
+    docstring), OpenAI tool dicts (which then need a ``handlers`` entry to run), or
+    ``Tool`` objects (``Tool.from_function(fn, name=...)`` to rename one). A tool that
+    cannot be described, or two tools with one name, raise ``InvalidTool`` here. A tool
+    that raises, an unknown tool name or arguments that are not valid JSON are reported
+    back to the model as the tool's result, and the loop goes on. ``on_event`` receives
+    ``{"type": "text", "delta"}``, ``{"type": "tool_call", ...}``, ``{"type":
+    "tool_result", ...}`` and ``{"type": "turn", "result"}`` events as they happen.
+
+    ``system`` is put first in the conversation (also when ``run`` gets a message list
+    without a system message; a list that starts with a different one is refused).
 
     When the model only repeats calls it already made, or runs on writing calls as
     text until its token limit (common with small local models), the loop asks it
@@ -69,9 +170,10 @@ class Agent:
         **options: Any,
     ) -> None:
         self.model = model
-        self.tools = {t.name: t for t in map(as_tool, tools)}
-        self.handlers = {name: t.fn for name, t in self.tools.items() if t.fn is not None}
-        self.handlers.update(handlers or {})
+        self.tools = as_tools(tools)
+        self.runners: dict[str, Runner] = {name: t.call for name, t in self.tools.items() if t.fn is not None}
+        for name, handler in (handlers or {}).items():
+            self.runners[name] = lambda args, handler=handler: handler(**args)
         self.max_steps = max_steps
         self.system = system
         self.on_event = on_event
@@ -81,60 +183,55 @@ class Agent:
         if self.on_event is not None:
             self.on_event(event)
 
-    def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-        if isinstance(prompt, str):
-            messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-            if self.system:
+    def _on_delta(self) -> Callable[[dict[str, Any]], None] | None:
+        if self.on_event is None:
+            return None
+
+        def on_delta(delta: dict[str, Any]) -> None:
+            if delta.get("content"):
+                self._emit({"type": "text", "delta": delta["content"]})
+
+        return on_delta
+
+    def begin(self, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:
+        """The opening transcript: the system message (if any), then the prompt."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        if self.system is not None:
+            first = messages[0] if messages else {}
+            if first.get("role") not in ("system", "developer"):
                 messages.insert(0, {"role": "system", "content": self.system})
-        else:
-            messages = [dict(m) for m in prompt]
-        schemas = [t.schema for t in self.tools.values()]
-        turns: list[Result] = []
-        on_delta = None
-        if self.on_event is not None:
+            elif first.get("content") != self.system:
+                raise InvalidRequest(
+                    "Agent(system=...) was given and the messages start with a different system message; "
+                    "pass only one of them"
+                )
+        return _Run(messages)
 
-            def on_delta(delta: dict[str, Any]) -> None:
-                if delta.get("content"):
-                    self._emit({"type": "text", "delta": delta["content"]})
-
-        done: set[tuple[str, str]] = set()
-        nudged = False
+    def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
+        """Run the loop. Ends with an answer, after ``max_steps`` turns, or when the context is full;
+        any other error raises ``AgentError`` whose ``result`` keeps the transcript and the tools that ran."""
+        state = self.begin(prompt)
+        schemas = [t.schema for t in self.tools.values()] or None
+        on_delta = self._on_delta()
         for _ in range(self.max_steps):
-            options = dict(self.options)
-            if nudged:
-                options["tool_choice"] = "none"
-            result = self.model.generate(messages, schemas or None, on_delta=on_delta, **options)
-            turns.append(result)
+            try:
+                result = self.model.generate(state.messages, schemas, on_delta=on_delta, **state.options(self.options))
+            except ContextFull as e:
+                return state.result("context_full", str(e))
+            except ShimError as e:
+                raise AgentError(f"the agent run stopped: {e}", state.result("error", str(e))) from e
             self._emit({"type": "turn", "result": result})
-            calls = result.get("tool_calls") or []
-            if not nudged and self._stuck(result, calls, done):
-                # Small models often ask again for results they already have, or run on
-                # writing calls as text. Ask once, plainly, for the answer instead.
-                nudged = True
-                messages.append({"role": "user", "content": NUDGE})
+            step = state.take(result)
+            if step == "nudge":
                 self._emit({"type": "nudge", "content": NUDGE})
-                continue
-            messages.append(result["message"])
-            if not calls:
-                return AgentResult(result.get("content"), messages, turns, "answer")
-            for call in calls:
-                done.add(_call_key(call))
-                self._emit(
-                    {
-                        "type": "tool_call",
-                        "id": call["id"],
-                        "name": call["function"]["name"],
-                        "arguments": call["function"]["arguments"],
-                    }
-                )
-                output = self._call(call["function"]["name"], call["function"]["arguments"])
-                self._emit(
-                    {"type": "tool_result", "id": call["id"], "name": call["function"]["name"], "content": output}
-                )
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
-                )
-        return AgentResult(None, messages, turns, "max_steps")
+            elif step == "context_full":
+                return state.result("context_full", "the context filled up during the model's turn")
+            elif step == "answer":
+                return state.result("answer")
+            else:
+                for call in result["tool_calls"]:
+                    self._run_tool(state, call)
+        return state.result("max_steps")
 
     async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
         """``run`` as a coroutine: tools may be coroutine functions; cancelling the task cancels the turn."""
@@ -142,27 +239,36 @@ class Agent:
 
         return await arun(self, prompt)
 
-    @staticmethod
-    def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
-        if calls:
-            return all(_call_key(c) in done for c in calls)
-        content = (result.get("content") or "").lstrip()
-        return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
+    def _run_tool(self, state: _Run, call: dict[str, Any]) -> None:
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        self._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
+        runner = self._runner(name, arguments)
+        if isinstance(runner, str):
+            output = runner
+        else:
+            try:
+                output = tool_output(settle(runner()))
+            except Exception as e:  # the model gets to see and fix it
+                output = tool_error(name, e)
+        state.record(call, output)
+        self._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
 
-    def _call(self, name: str, arguments: str) -> str:
-        handler = self.handlers.get(name)
-        if handler is None:
-            return f"error: unknown tool {name!r}; available tools: {', '.join(sorted(self.handlers)) or 'none'}"
+    def _runner(self, name: str, arguments: str) -> Callable[[], Any] | str:
+        """A ready-to-run call of the tool, or the error text the model gets instead."""
+        run = self.runners.get(name)
+        if run is None:
+            return f"error: unknown tool {name!r}; available tools: {', '.join(sorted(self.runners)) or 'none'}"
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as e:
             return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object"
-        try:
-            output = handler(**args)
-        except TypeError as e:
-            return f"error: bad arguments for {name}: {e}"
-        except Exception as e:  # the model gets to see and fix it
-            return f"error: {type(e).__name__}: {e}"
-        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+        return lambda: run(args)
+
+
+def tool_error(name: str, e: Exception) -> str:
+    """What the model sees when a tool call fails."""
+    if isinstance(e, (TypeError, ToolArgumentError)):
+        return f"error: bad arguments for {name}: {e}"
+    return f"error: {type(e).__name__}: {e}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import threading
 import weakref
 from collections import deque
@@ -23,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._lib import lib
-from .errors import ShimError
+from .errors import AgentError, ContextFull, ShimError
 from .model import Delta, Message, Model, Result
 
 if TYPE_CHECKING:
@@ -242,38 +241,34 @@ def astream(
     return AsyncStream(model, messages, tools, options)
 
 
-async def _acall(agent: Agent, name: str, arguments: str) -> str:
-    """``Agent._call`` for async tools: a coroutine tool is awaited, a plain one runs in a thread."""
-    handler = agent.handlers.get(name)
-    if handler is None or not inspect.iscoroutinefunction(handler):
-        return await asyncio.to_thread(agent._call, name, arguments)
-    try:
-        args = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError as e:
-        return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
-    if not isinstance(args, dict):
-        return "error: the arguments must be a JSON object"
-    try:
-        output = await handler(**args)
-    except TypeError as e:
-        return f"error: bad arguments for {name}: {e}"
-    except Exception as e:  # the model gets to see and fix it
-        return f"error: {type(e).__name__}: {e}"
-    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+async def _arun_tool(agent: Agent, state: Any, call: dict[str, Any]) -> None:
+    """``Agent._run_tool`` for asyncio: a plain tool runs in a thread, a coroutine tool is awaited."""
+    from .agent import tool_error, tool_output
+
+    name, arguments = call["function"]["name"], call["function"]["arguments"]
+    agent._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
+    runner = agent._runner(name, arguments)
+    if isinstance(runner, str):
+        output = runner
+    else:
+        try:
+            value = await asyncio.to_thread(runner)
+            if inspect.isawaitable(value):
+                value = await value
+            output = tool_output(value)
+        except Exception as e:  # the model gets to see and fix it
+            output = tool_error(name, e)
+    state.record(call, output)
+    agent._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
 
 
 async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-    """``Agent.run`` as a coroutine: the same loop, with ``agenerate`` and awaitable tools."""
-    from .agent import NUDGE, AgentResult, _call_key
+    """``Agent.run`` as a coroutine: the same steps (``Agent.begin``, ``_Run``), with ``agenerate``
+    and awaitable tools."""
+    from .agent import NUDGE
 
-    if isinstance(prompt, str):
-        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        if agent.system:
-            messages.insert(0, {"role": "system", "content": agent.system})
-    else:
-        messages = [dict(m) for m in prompt]
-    schemas = [t.schema for t in agent.tools.values()]
-    turns: list[Result] = []
+    state = agent.begin(prompt)
+    schemas = [t.schema for t in agent.tools.values()] or None
     loop = asyncio.get_running_loop()
     on_delta = None
     if agent.on_event is not None:
@@ -282,29 +277,23 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
             if delta.get("content"):
                 loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": delta["content"]})
 
-    done: set[tuple[str, str]] = set()
-    nudged = False
     for _ in range(agent.max_steps):
-        options = dict(agent.options)
-        if nudged:
-            options["tool_choice"] = "none"
-        result = await agenerate(agent.model, messages, schemas or None, on_delta=on_delta, **options)
-        turns.append(result)
+        options = state.options(agent.options)
+        try:
+            result = await agenerate(agent.model, state.messages, schemas, on_delta=on_delta, **options)
+        except ContextFull as e:
+            return state.result("context_full", str(e))
+        except ShimError as e:
+            raise AgentError(f"the agent run stopped: {e}", state.result("error", str(e))) from e
         agent._emit({"type": "turn", "result": result})
-        calls = result.get("tool_calls") or []
-        if not nudged and agent._stuck(result, calls, done):
-            nudged = True
-            messages.append({"role": "user", "content": NUDGE})
+        step = state.take(result)
+        if step == "nudge":
             agent._emit({"type": "nudge", "content": NUDGE})
-            continue
-        messages.append(result["message"])
-        if not calls:
-            return AgentResult(result.get("content"), messages, turns, "answer")
-        for call in calls:
-            done.add(_call_key(call))
-            name, arguments = call["function"]["name"], call["function"]["arguments"]
-            agent._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
-            output = await _acall(agent, name, arguments)
-            agent._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
-            messages.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": output})
-    return AgentResult(None, messages, turns, "max_steps")
+        elif step == "context_full":
+            return state.result("context_full", "the context filled up during the model's turn")
+        elif step == "answer":
+            return state.result("answer")
+        else:
+            for call in result["tool_calls"]:
+                await _arun_tool(agent, state, call)
+    return state.result("max_steps")

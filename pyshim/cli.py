@@ -11,6 +11,7 @@ from typing import Any
 from . import models
 from .agent import Agent, Event
 from .demo_tools import DEMO_TOOLS
+from .errors import ContextFull, ShimError
 from .model import Model
 
 DEMO_SYSTEM = (
@@ -30,7 +31,9 @@ def _reuse_line(r: dict[str, Any]) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
         for name, e in models.CATALOGUE.items():
-            mark = "cached" if models.is_cached(name) else "not fetched"
+            mark = models.status(name)
+            if mark == "damaged":
+                mark = f"damaged: `python -m pyshim models fetch {name}` repairs it"
             default = " (default)" if name == models.DEFAULT else ""
             print(f"{name:32} {e.architecture:48} {e.size / 1e6:6.0f} MB  {mark}{default}")
         return 0
@@ -72,8 +75,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     )
                 print(delta.get("content", ""), end="", flush=True)
 
-            r = m.generate(messages, on_delta=show, **options)
+            try:
+                r = m.generate(messages, on_delta=show, **options)
+            except ContextFull as e:
+                print(
+                    f"\npyshim: the conversation no longer fits the context ({e}); start again with a larger --n-ctx",
+                    file=sys.stderr,
+                )
+                return 1
+            except KeyboardInterrupt:  # the reply stops; the model and the conversation so far stay
+                print("\n[stopped]", file=sys.stderr)
+                messages.pop()
+                if prompts is not None:
+                    return 130
+                continue
             print()
+            if r.get("truncated"):
+                print(
+                    "pyshim: the context is full, the reply was cut short; start again with a larger --n-ctx",
+                    file=sys.stderr,
+                )
+                return 1
             if args.verbose:
                 print(f"[{_reuse_line(r)}]", file=sys.stderr)
             messages.append(r["message"])
@@ -107,6 +129,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         result = agent.run(args.task)
     print(f"\nanswer ({result.stopped}): {result.content}")
+    if result.error:
+        print(f"pyshim: {result.error}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.messages, indent=2, ensure_ascii=False))
     return 0 if result.stopped == "answer" and result.tool_calls else 1
@@ -226,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     add_serve_parser(sub)
 
     args = p.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ShimError as e:
+        print(f"pyshim: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,16 +1,17 @@
-"""``Model``: one loaded GGUF model with its context, driven through JSON."""
+"""``Model``: one loaded GGUF model with its context, driven through JSON; ``Stream``: one call's deltas."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import models
+from ._call import DONE, Call, run_in_worker
 from ._lib import encode, ffi, lib, take_json
 from .errors import ClosedModel, ModelLoadError
 
@@ -33,6 +34,8 @@ class Model:
     call ``close()``.
 
     Calls on one Model are serialized by the library; separate Models run in parallel.
+    Ctrl-C during a call made from the main thread stops it within about one token and
+    raises ``KeyboardInterrupt``; the model stays usable.
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **config: Any) -> None:
@@ -42,12 +45,15 @@ class Model:
         if handle == ffi.NULL:
             raise ModelLoadError(json.loads(ffi.string(lib().el_last_error()).decode())["error"])
         self._handle: Any = handle
+        self._calls: weakref.WeakSet[Call] = weakref.WeakSet()  # streams in flight, stopped by close()
 
     # -- lifecycle ---------------------------------------------------------
 
     def close(self) -> None:
         """Free the model. Cancels a call in progress in another thread. Idempotent."""
-        handle, self._handle = self._handle, None
+        for call in list(getattr(self, "_calls", ())):
+            call.stop()  # a stream waiting for its reader would otherwise keep el_close waiting
+        handle, self._handle = getattr(self, "_handle", None), None
         if handle is not None:
             lib().el_close(handle)
 
@@ -84,30 +90,20 @@ class Model:
         ``on_delta`` receives streaming deltas as they are decoded; returning
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
-        args = (
+        args = self._args(messages, tools, options)
+        if threading.current_thread() is threading.main_thread():
+            return run_in_worker(self.handle, args, on_delta)  # where Ctrl-C arrives: keep it responsive
+        if on_delta is None:
+            return take_json(lib().el_generate(*args))
+        return _generate_here(args, on_delta)
+
+    def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
             self.handle,
             encode(list(messages)),
             encode(list(tools)) if tools else ffi.NULL,
             encode(options) if options else ffi.NULL,
         )
-        if on_delta is None:
-            return take_json(lib().el_generate(*args))
-
-        failure: list[BaseException] = []
-
-        def trampoline(delta_json: Any, _user: Any) -> int:
-            try:
-                keep_going = on_delta(json.loads(ffi.string(delta_json).decode("utf-8", errors="replace")))
-                return 1 if keep_going is False else 0
-            except BaseException as e:  # re-raised below, never lost inside C
-                failure.append(e)
-                return 1
-
-        callback = ffi.callback("el_stream_cb", trampoline)
-        result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
-        if failure:
-            raise failure[0]
-        return result
 
     def stream(
         self,
@@ -115,8 +111,14 @@ class Model:
         tools: Sequence[Mapping[str, Any]] | None = None,
         **options: Any,
     ) -> Stream:
-        """Iterate over deltas as they are decoded; the final result is ``.result`` afterwards."""
-        return Stream(self, messages, tools, options)
+        """Iterate over deltas as they are decoded; the final result is ``.result`` afterwards.
+
+        The generation starts at once and waits for the reader at each delta. Close the
+        stream (``close()``, a ``with`` block, leaving the loop, or dropping it) to stop it.
+        """
+        stream = Stream(self, messages, tools, options)
+        self._calls.add(stream._call)
+        return stream
 
     def cancel(self) -> None:
         """Stop the call in progress (from another thread)."""
@@ -153,54 +155,61 @@ class Model:
 
 
 class Stream:
-    """Deltas of one generation, produced on a worker thread and handed over through a queue.
+    """Deltas of one generation, decoded on a worker thread and handed over one at a time.
 
-    Leaving the iteration early (``break``, or closing the generator) stops the generation.
+    Leaving the iteration early (``break``), ``close()``, the end of a ``with`` block or
+    dropping the stream stops the generation and frees the model; ``result`` then holds
+    the final result (``finish_reason`` ``"cancelled"`` when stopped early). Iterating a
+    finished stream again yields nothing.
     """
-
-    _END = object()
 
     def __init__(self, model: Model, messages: Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=64)
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-
-        def on_delta(delta: Delta) -> bool:
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(delta, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def work() -> None:
-            try:
-                self.result = model.generate(messages, tools, on_delta=on_delta, **options)
-            except BaseException as e:
-                self._error = e
-            finally:
-                self._queue.put(self._END)
-
-        self._thread = threading.Thread(target=work, name="pyshim-stream", daemon=True)
-        self._thread.start()
+        # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
+        self._call = Call(model.handle, model._args(messages, tools, options), streaming=True)
 
     def __iter__(self) -> Iterator[Delta]:
         try:
-            while True:
-                item = self._queue.get()
-                if item is self._END:
-                    break
-                yield item
+            while (delta := self._call.next_delta()) is not DONE:
+                yield delta
         finally:
-            self._stop.set()
-            while self._thread.is_alive():  # drain so the worker can finish
-                with contextlib.suppress(queue.Empty):
-                    self._queue.get(timeout=0.1)
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
+            self.close()
+        if self._call.error is not None:
+            raise self._call.error
+
+    def close(self) -> None:
+        """Stop the generation (if still running) and wait for it to return. Idempotent."""
+        self._call.stop()
+        self.result = self._call.result
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object]) -> Result:
+    """A streaming call on this (non-main) thread, with ``on_delta`` called from the C callback."""
+    failure: list[BaseException] = []
+
+    def trampoline(delta_json: Any, _user: Any) -> int:
+        try:
+            keep_going = on_delta(json.loads(ffi.string(delta_json).decode("utf-8", errors="replace")))
+            return 1 if keep_going is False else 0
+        except BaseException as e:  # re-raised below, never lost inside C
+            failure.append(e)
+            return 1
+
+    callback = ffi.callback("el_stream_cb", trampoline)
+    result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
+    if failure:
+        raise failure[0]
+    return result
 
 
 _default: Model | None = None

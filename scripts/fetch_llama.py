@@ -10,6 +10,7 @@ directories the library build needs are unpacked.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -51,6 +52,21 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def pip_command() -> list[str]:
+    """How to run pip from here: this interpreter's, else one on PATH (pip's isolated build
+    environment hides the interpreter's own pip unless the build requires list it)."""
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip3", "pip"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    sys.exit(
+        f"fetch_llama: pip is needed to download {PACKAGE} but {sys.executable} cannot import it and none is on "
+        "PATH; install pip (python -m ensurepip) or put the archive in " + str(CACHE)
+    )
+
+
 def fetch() -> Path:
     archive = CACHE / ARCHIVE
     if archive.exists() and sha256(archive) == SHA256:
@@ -60,9 +76,7 @@ def fetch() -> Path:
     # and --no-build-isolation avoids building them at all just to read metadata.
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pip",
+            *pip_command(),
             "download",
             "--quiet",
             "--no-deps",

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+from conftest import SMOL
 
 import pyshim
-from pyshim import Agent
+from pyshim import Agent, AgentResult
+from pyshim.errors import AgentError, InvalidRequest, InvalidTool
 
 
 def get_weather(city: str) -> str:
@@ -127,3 +132,95 @@ def test_max_steps_stops_the_loop() -> None:
     result = Agent(model, [boom], max_steps=3).run("go")  # type: ignore[arg-type]
     assert result.stopped == "max_steps" and result.content is None
     assert len(result.turns) == 3
+
+
+# -- async tools, the system prompt, names, and a full context ----------------------------------
+
+
+async def slow_square(x: int) -> int:
+    """Square a number, asynchronously."""
+    await asyncio.sleep(0.01)
+    return x * x
+
+
+def test_async_tools_run_in_the_sync_loop() -> None:
+    model = _Scripted([{"calls": [("slow_square", '{"x": 7}')]}, {"content": "49"}])
+    result = Agent(model, [slow_square]).run("go")  # type: ignore[arg-type]
+    assert result.tools_ran[0]["content"] == "49"
+
+
+def test_async_tools_run_when_called_from_async_code() -> None:
+    model = _Scripted([{"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}])
+
+    async def main() -> AgentResult:
+        return Agent(model, [slow_square]).run("go")  # type: ignore[arg-type]
+
+    assert asyncio.run(main()).tools_ran[0]["content"] == "9"
+
+
+def test_system_is_applied_to_a_message_list_or_refused_when_it_conflicts() -> None:
+    model = _Scripted([{"content": "a"}, {"content": "b"}, {"content": "c"}])
+    agent = Agent(model, [], system="be brief")  # type: ignore[arg-type]
+    first = agent.run([{"role": "user", "content": "hi"}])
+    assert model.seen[0][0] == {"role": "system", "content": "be brief"}
+    agent.run([*first.messages, {"role": "user", "content": "again"}])  # the same system message: fine
+    assert [m["role"] for m in model.seen[1]].count("system") == 1
+    with pytest.raises(InvalidRequest, match="system"):
+        agent.run([{"role": "system", "content": "be verbose"}, {"role": "user", "content": "hi"}])
+
+
+def test_duplicate_tool_names_are_refused_at_construction() -> None:
+    def search(q: str) -> str:
+        return q
+
+    def other(q: str) -> str:
+        return q
+
+    other.__name__ = "search"
+    with pytest.raises(InvalidTool, match="search"):
+        Agent(_Scripted([]), [search, other])  # type: ignore[arg-type]
+
+
+def test_a_full_context_returns_the_transcript_and_the_tools_that_ran(qwen_path) -> None:
+    ran: list[str] = []
+
+    def read_page(n: int) -> str:
+        """Read one page of the book."""
+        ran.append(f"page {n}")
+        return "The quick brown fox jumps over the lazy dog. " * 60
+
+    with pyshim.Model(qwen_path, n_ctx=512, temperature=0) as small:
+        agent = Agent(small, [read_page], max_steps=6, tool_choice="required", max_tokens=60)
+        result = agent.run("Read the book page by page.")
+    assert result.stopped == "context_full"
+    assert "context" in (result.error or "")
+    assert ran and len(result.tools_ran) == len(ran)
+    assert result.messages[0]["content"] == "Read the book page by page."
+    assert result.tools_ran[-1]["content"].startswith("The quick brown fox")
+
+
+def test_other_errors_raise_agent_error_carrying_the_transcript() -> None:
+    class Failing(_Scripted):
+        def generate(self, messages, tools=None, on_delta=None, **options):
+            if len(self.seen) == 1:
+                raise InvalidRequest("temperature must be a number")
+            return super().generate(messages, tools, on_delta, **options)
+
+    model = Failing([{"calls": [("boom", '{"x": 1}')]}])
+    with pytest.raises(AgentError) as info:
+        Agent(model, [boom]).run("go")  # type: ignore[arg-type]
+    assert info.value.result.stopped == "error"
+    assert info.value.result.tools_ran[0]["content"] == "error: RuntimeError: boom 1"
+    assert isinstance(info.value.__cause__, InvalidRequest)
+
+
+def test_chat_ends_with_a_clear_message_when_the_context_is_full() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "pyshim", "chat", "--model", SMOL, "--n-ctx", "128", "word " * 400],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    assert "context" in p.stderr and "--n-ctx" in p.stderr

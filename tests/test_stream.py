@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from conftest import SMOL, WEATHER_TOOL, user
@@ -100,3 +102,45 @@ def test_long_prompts_report_progress(smol: pyshim.Model) -> None:
     assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
     assert progress[-1]["processed"] == progress[-1]["total"] == r["n_prompt"] - r["n_reused"]
     assert all(set(d) == {"prompt_progress"} for d in deltas if "prompt_progress" in d)
+
+
+# -- streams that are dropped, closed or finished release the model -----------------------------
+
+
+def _within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() on a helper thread; fails (instead of hanging the suite) if it has not returned in time."""
+    box: list[Any] = []
+    t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still blocked after {seconds} s"
+    return box[0]
+
+
+def test_a_stream_never_iterated_and_dropped_frees_the_model(smol: pyshim.Model) -> None:
+    s = smol.stream(user("Tell me a long story about a dragon."), max_tokens=300)
+    del s
+    r = _within(30, lambda: smol.generate(user("Say hi."), max_tokens=5))
+    assert r["n_decoded"] >= 1
+
+
+def test_a_finished_stream_iterated_again_ends_at_once(smol: pyshim.Model) -> None:
+    s = smol.stream(user("Count to three."), max_tokens=20)
+    first = list(s)
+    assert first and _within(5, lambda: list(s)) == []
+    assert s.result is not None and s.result["finish_reason"] in ("stop", "length")
+
+
+def test_closing_a_stream_early_stops_it_and_the_model_goes_on(smol: pyshim.Model) -> None:
+    with smol.stream(user("Tell me a long story about a dragon."), max_tokens=300) as s:
+        next(iter(s))
+    assert s.result is not None and s.result["finish_reason"] == "cancelled"
+    assert s.result["n_decoded"] < 20
+    assert _within(30, lambda: smol.generate(user("Say hi."), max_tokens=5))["n_decoded"] >= 1
+
+
+def test_closing_the_model_with_an_unread_stream_does_not_hang() -> None:
+    m = pyshim.Model(models.path(SMOL), n_ctx=1024)
+    s = m.stream(user("Tell me a long story."), max_tokens=200)
+    _within(30, m.close)
+    assert s.result is None or s.result["finish_reason"] == "cancelled"

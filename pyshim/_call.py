@@ -1,0 +1,136 @@
+"""One C generate call on a worker thread, with its deltas handed to the caller one at a time.
+
+Why a worker: a call runs in C for seconds or minutes, and Python delivers SIGINT to the
+main thread only between bytecodes, so Ctrl-C would wait for the whole generation. The
+caller instead waits in short timeouts, and on ``KeyboardInterrupt`` (or when a stream is
+closed or dropped) asks the library to stop with ``el_cancel``, waits for the call to
+return, and only then lets the exception go on: the handle is never left mid-call.
+
+Deltas are a rendezvous, not a buffer: the worker's stream callback waits until the
+caller has finished with a delta (or stopped the call), so stopping after a delta stops
+exactly there, and the concatenated deltas always equal the final result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._lib import ffi, lib, take_json
+
+__all__ = ["DONE", "Call"]
+
+#: ``Call.next_delta`` returns this once the call has returned.
+DONE: Any = object()
+POLL_S = 0.05
+
+
+class Call:
+    """Runs ``el_generate`` (or ``el_generate_stream`` when ``streaming``) on a daemon thread."""
+
+    def __init__(self, handle: Any, args: tuple[Any, ...], streaming: bool) -> None:
+        self._handle = handle
+        self._cond = threading.Condition()
+        self._slot: Any = None  # the delta the worker is waiting on
+        self._handed = False  # whether the caller has it
+        self._stop = False
+        self._done = False
+        self.result: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, args=(args, streaming), name="pyshim-call", daemon=True)
+        self._thread.start()
+
+    # -- worker thread ---------------------------------------------------------------
+
+    def _work(self, args: tuple[Any, ...], streaming: bool) -> None:
+        try:
+            if streaming:
+                callback = ffi.callback("el_stream_cb", self._on_delta)
+                self.result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
+            else:
+                self.result = take_json(lib().el_generate(*args))
+        except BaseException as e:  # handed to the caller, never lost in the thread
+            self.error = e
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def _on_delta(self, delta_json: Any, _user: Any) -> int:
+        delta = json.loads(ffi.string(delta_json).decode("utf-8", errors="replace"))
+        with self._cond:
+            if self._stop:
+                return 1
+            self._slot, self._handed = delta, False
+            self._cond.notify_all()
+            while self._slot is not None and not self._stop:
+                self._cond.wait()
+            return 1 if self._stop else 0
+
+    # -- caller side ----------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def next_delta(self) -> Any:
+        """The next delta, or ``DONE``; releases the previous one. Interruptible by Ctrl-C (which stops the call)."""
+        try:
+            with self._cond:
+                if self._handed:
+                    self._slot, self._handed = None, False
+                    self._cond.notify_all()
+                while True:
+                    if self._slot is not None and not self._handed:
+                        self._handed = True
+                        return self._slot
+                    if self._done:
+                        return DONE
+                    self._cond.wait(POLL_S)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+
+    def wait(self) -> dict[str, Any]:
+        """The final result (raising the call's error); Ctrl-C stops the call first, then propagates."""
+        try:
+            while not self._done:
+                self._thread.join(POLL_S)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+    def stop(self) -> None:
+        """Stop the call and wait until it has returned (the handle is free afterwards). Idempotent."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if threading.current_thread() is self._thread:
+            return
+        while not self._done:
+            # Repeated: a cancel that lands before the call has started is reset by it.
+            with contextlib.suppress(Exception):
+                lib().el_cancel(self._handle)
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: the call is already stopping
+                self._thread.join(POLL_S)
+
+
+def run_in_worker(handle: Any, args: tuple[Any, ...], on_delta: Callable[[dict[str, Any]], object] | None) -> Any:
+    """A generate call whose deltas (if any) go to ``on_delta`` on the calling thread."""
+    call = Call(handle, args, on_delta is not None)
+    try:
+        if on_delta is not None:
+            while (delta := call.next_delta()) is not DONE:
+                if on_delta(delta) is False:
+                    call.stop()
+        return call.wait()
+    except BaseException:
+        call.stop()
+        raise

@@ -1,0 +1,67 @@
+"""Ctrl-C: a real SIGINT to a real process stops a long generation within about one token,
+and the model stays usable (the call runs on a worker thread; the main thread cancels it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from conftest import ROOT, SMOL
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import pyshim
+    m = pyshim.Model(sys.argv[1], n_ctx=8192, temperature=0)
+    long = dict(max_tokens=6000, ignore_eos=True)
+    ask = [{"role": "user", "content": "Tell me a very long story."}]
+    for mode in ("generate", "on_delta", "stream"):
+        print("go", mode, flush=True)
+        try:
+            if mode == "generate":
+                m.generate(ask, **long)
+            elif mode == "on_delta":
+                m.generate(ask, on_delta=lambda d: None, **long)
+            else:
+                for _ in m.stream(ask, **long):
+                    pass
+            print("finished without interruption", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        r = m.generate([{"role": "user", "content": "Say OK."}], max_tokens=4)
+        print("usable", r["n_decoded"], flush=True)
+    """
+)
+
+# Generous for a loaded 2-core machine; one token of smollm2 takes about 8 ms here.
+MAX_DELAY_S = 3.0
+
+
+def test_sigint_stops_a_long_generation_quickly_and_the_model_stays_usable() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, SMOL], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    delays = []
+    try:
+        assert child.stdout is not None
+        for mode in ("generate", "on_delta", "stream"):
+            assert child.stdout.readline().strip() == f"go {mode}"
+            time.sleep(1.5)  # well into the generation (6000 tokens take most of a minute)
+            sent = time.monotonic()
+            os.kill(child.pid, signal.SIGINT)
+            line = child.stdout.readline().strip()
+            delays.append(time.monotonic() - sent)
+            assert line == "interrupted", (mode, line, child.stderr.read() if child.poll() is not None else "")
+            assert child.stdout.readline().split()[0] == "usable"
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    print("SIGINT to stop, per mode (s):", [round(d, 3) for d in delays])
+    assert max(delays) < MAX_DELAY_S, delays
