@@ -292,7 +292,8 @@ EL_API int el_forget(el_handle *handle, const char *session);
 
 /*
 ** el_stats: a JSON object describing the handle: model, n_ctx (per slot),
-** n_threads, n_gpu_layers, rpc (the endpoints), cache (tokens resident, checkpoints held and their bytes, in
+** n_threads, n_gpu_layers, rpc (the endpoints), devices (the GPU and
+** remote devices layers can be offloaded to, "NAME (description)"), cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.
 */

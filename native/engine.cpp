@@ -448,6 +448,18 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
     return text;
 }
 
+// The devices layers can be offloaded to: the remote ones and the local GPUs.
+json Engine::device_names() const {
+    json names = json::array();
+    const std::vector<ggml_backend_dev_t> devs =
+        rpc_.active() ? std::vector<ggml_backend_dev_t>(rpc_.devices_begin(), rpc_.devices_begin() + rpc_.n_devices())
+                      : local_gpus();
+    for (ggml_backend_dev_t d : devs) {
+        names.push_back(std::string(ggml_backend_dev_name(d)) + " (" + ggml_backend_dev_description(d) + ")");
+    }
+    return names;
+}
+
 json Engine::stats() const {
     char desc[256];
     llama_model_desc(model_, desc, sizeof(desc));
@@ -462,6 +474,7 @@ json Engine::stats() const {
         {"recurrent", llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)},
         {"n_gpu_layers", cfg_.n_gpu_layers},
         {"rpc", rpc_.endpoints()},
+        {"devices", device_names()},
         {"cache", slots_->stats()},
         {"abi_version", EL_ABI_VERSION},
     };

@@ -77,6 +77,7 @@ class Engine {
 
     int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
                      const std::function<void(size_t)> & progress = nullptr);
+    json    device_names() const;
     json    logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
 
     Config                    cfg_;

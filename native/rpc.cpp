@@ -69,6 +69,12 @@ void RpcLink::connect(const std::vector<std::string> & endpoints, int32_t timeou
     }
     // Local GPUs after the remote devices, as llama.cpp orders them by default (the last
     // layers and the output then run locally, which keeps the logits off the network).
+    const std::vector<ggml_backend_dev_t> gpus = local_gpus();
+    devices_.insert(devices_.end(), gpus.begin(), gpus.end());
+    devices_.push_back(nullptr);
+}
+
+std::vector<ggml_backend_dev_t> local_gpus() {
     std::vector<ggml_backend_dev_t> gpus, igpus;
     for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
         ggml_backend_dev_t dev = ggml_backend_dev_get(i);
@@ -78,11 +84,7 @@ void RpcLink::connect(const std::vector<std::string> & endpoints, int32_t timeou
             igpus.push_back(dev);
         }
     }
-    devices_.insert(devices_.end(), gpus.begin(), gpus.end());
-    if (gpus.empty()) {
-        devices_.insert(devices_.end(), igpus.begin(), igpus.end());
-    }
-    devices_.push_back(nullptr);
+    return gpus.empty() ? igpus : gpus;
 }
 
 std::string RpcLink::lost() const {

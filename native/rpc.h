@@ -43,6 +43,7 @@ class RpcLink {
     // as this object.
     ggml_backend_dev_t * devices() { return devices_.data(); }
     size_t n_devices() const { return devices_.size() - 1; }
+    ggml_backend_dev_t const * devices_begin() const { return devices_.data(); }
 
     // The endpoints whose connection failed since connect(), comma-separated; empty while
     // every connection is intact.
@@ -96,6 +97,9 @@ class RpcCallGuard {
   private:
     RpcLink & link_;
 };
+
+// The local GPUs in llama.cpp's default order (integrated ones only if there is no other).
+std::vector<ggml_backend_dev_t> local_gpus();
 
 // Check one "host:port" endpoint's syntax (config parsing); throws UserError.
 void check_endpoint(const std::string & endpoint);

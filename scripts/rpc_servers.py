@@ -41,11 +41,12 @@ def rss_bytes(pid: int) -> int:
 class RpcServer:
     """One rpc-server on 127.0.0.1; start(), stop(), kill(), pause()/resume() (SIGSTOP/CONT)."""
 
-    def __init__(self, log_dir: Path, name: str, threads: int = 1) -> None:
+    def __init__(self, log_dir: Path, name: str, threads: int = 1, debug: bool = True) -> None:
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.log = log_dir / f"{name}.log"
         self.threads = threads
+        self.debug = debug  # GGML_RPC_DEBUG: the server logs every command (allocated() reads it)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RpcServer:
@@ -57,7 +58,7 @@ class RpcServer:
                 [str(exe), "-H", "127.0.0.1", "-p", str(self.port), "-t", str(self.threads)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "GGML_RPC_DEBUG": "1"},
+                env={**os.environ, "GGML_RPC_DEBUG": "1"} if self.debug else None,
             )
         deadline = time.monotonic() + 30
         while not self._listening():
