@@ -46,7 +46,7 @@ lint: venv
 	$(PY) -m ruff check pyshim tests scripts bench examples
 	$(PY) -m ruff format --check pyshim tests scripts bench examples
 
-test: build models lint
+test: build models lint rpc-server
 	$(PY) -m pytest tests -q
 	$(MAKE) sanitize
 

@@ -63,6 +63,7 @@ class RpcServer:
         deadline = time.monotonic() + 30
         while not self._listening():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
                 raise RuntimeError(f"rpc-server on {self.endpoint} did not start: {self.log.read_text()[-2000:]}")
             time.sleep(0.05)
         return self

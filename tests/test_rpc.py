@@ -33,22 +33,26 @@ if binary() is None:
     pytest.skip("rpc-server could not be built (make rpc-server failed)", allow_module_level=True)
 
 
+def two_servers(logs: Path) -> Iterator[list[RpcServer]]:
+    pair = [RpcServer(logs, "a"), RpcServer(logs, "b")]
+    try:
+        for s in pair:
+            s.start()
+        yield pair
+    finally:
+        for s in pair:
+            s.stop()
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RpcServer]]:
-    logs = tmp_path_factory.mktemp("rpc")
-    pair = [RpcServer(logs, "a").start(), RpcServer(logs, "b").start()]
-    yield pair
-    for s in pair:
-        s.stop()
+    yield from two_servers(tmp_path_factory.mktemp("rpc"))
 
 
 @pytest.fixture
 def own_servers(tmp_path: Path) -> Iterator[list[RpcServer]]:
     """Servers for a test that kills or stops them."""
-    pair = [RpcServer(tmp_path, "a").start(), RpcServer(tmp_path, "b").start()]
-    yield pair
-    for s in pair:
-        s.stop()
+    yield from two_servers(tmp_path)
 
 
 def endpoints(servers: list[RpcServer]) -> list[str]:
