@@ -83,7 +83,8 @@ def markdown(model: str, results: dict[str, dict[str, Any]], args: argparse.Name
         f"Produced by `python -m bench.rpc --out {args.out}` (`make bench-rpc`) on {platform.machine()}, "
         f"{os.cpu_count()} cores, {pyshim.version()}: {model}, a {int(base['n_prompt'][0])}-token prompt, "
         f"{args.decode} decoded tokens, {THREADS} threads locally and on each server, median (min–max) "
-        f"of {args.reps} repetitions, all in one run. Ratios are of medians against local-only. "
+        f"of {args.reps} repetitions, all in one run (load average {args.load}). Ratios are of medians against "
+        "local-only. "
         "Bytes are both directions, from the kernel's TCP counters of the servers' sockets; "
         "'segments' counts the client's data segments per decoded token, about one per message.\n",
         "| configuration | prefill tok/s | × local | decode tok/s | × local "
@@ -108,21 +109,21 @@ def markdown(model: str, results: dict[str, dict[str, Any]], args: argparse.Name
 NETWORK_NOTE = """
 ## What to expect over a real network
 
-On loopback a round trip costs microseconds, so these figures show the protocol's own cost:
-serialising each graph, the activations crossing between devices, and the servers taking
-turns (the layers are split in sequence, so one server idles while the other computes).
-Over a network, every decoded token pays for its round trips in full: at least one per
-server per token (the graph is sent once and then recomputed by reference, but the
-activations between devices and the final logits travel each time), plus the transfer of
-the bytes above at the link's bandwidth. A 1 GbE LAN adds roughly 0.1–0.3 ms per round
-trip, so two servers cost a few ms per token on top of the compute; a 1 ms link caps decode
-near 1000 / (1 ms × round trips per token) tokens/s no matter how fast the servers are, and
-over Wi-Fi or a WAN (5–50 ms) decode is bound by latency, not compute. Prefill sends the
-same number of round trips per *batch* rather than per token, so it suffers far less. The
-weights cross the network once, at open (a 0.5 GB model takes ~5 s at 1 Gbit/s;
-`rpc-server -c` caches them on the server's disk for the next open). Splitting pays when
-the model does not fit one machine, or when the remote device is much faster than the local
-one (a GPU box serving a laptop); it does not make a model that fits locally faster.
+On loopback a round trip costs microseconds, so these figures show the protocol's own cost,
+not the network's. The wire columns carry over to a real network unchanged: with every layer
+remote (the default with `rpc`, `n_gpu_layers=-1`) each decoded token sends about 25 messages
+per server (the client's data segments above) and brings back the logits, vocabulary × 4
+bytes (~600 KiB for qwen's 151,936 tokens). Over a network, decode then pays per token about
+2 × (messages per server ÷ pipelining) round trips of latency plus those bytes at the link's
+bandwidth: on 1 Gbit/s the logits alone take ~5 ms per token, and on a 1 ms link the round
+trips add tens of ms, so decode is bound by the network, not the servers; over Wi-Fi or a WAN
+(5–50 ms) it is slower still. Setting `n_gpu_layers` to the model's layer count instead keeps
+the output layer on the local CPU, so only the last hidden state (a few KiB) comes back per
+token. Prefill pays the same per *batch* rather than per token (8–16 KiB per prompt token
+here), so it suffers far less. The weights cross the network once, at open (0.5 GB takes ~5 s
+at 1 Gbit/s; `rpc-server -c` caches them on the server's disk). Splitting pays when the model
+does not fit one machine, or when the remote device is much faster than the local one (a GPU
+box serving a laptop); it does not make a model that fits locally faster.
 """
 
 
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     path = models.path(args.model)
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as logs:
         servers = [RpcServer(Path(logs), name, threads=THREADS, debug=False) for name in ("a", "b")]
         for s in servers:
@@ -147,6 +149,7 @@ def main() -> None:
         finally:
             for s in servers:
                 s.stop()
+    args.load = f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     text = markdown(args.model, results, args)
     print(text)
     if args.out:
