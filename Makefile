@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -46,7 +46,7 @@ lint: venv
 	$(PY) -m ruff check pyshim tests scripts bench examples
 	$(PY) -m ruff format --check pyshim tests scripts bench examples
 
-test: build models lint
+test: build models lint rpc-server
 	$(PY) -m pytest tests -q
 	$(MAKE) sanitize
 
@@ -115,6 +115,17 @@ peers: vendor
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0
 	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-server llama
 
+# llama.cpp's rpc-server from the same pinned (and patched) tree, in a build dir of its own:
+# tests/test_rpc.py and bench/rpc.py start it on loopback. It has no authentication: never
+# let it listen on a network you do not trust. CMAKE_FLAGS=-DGGML_CUDA=ON gives a GPU server.
+RPC_BUILD := build-rpc
+rpc-server: vendor
+	test -f $(RPC_BUILD)/build.ninja || cmake -S vendor/llama.cpp -B $(RPC_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DGGML_RPC=ON \
+	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_NUMBER=0 $(CMAKE_FLAGS)
+	cmake --build $(RPC_BUILD) -j $(JOBS) --target ggml-rpc-server
+
 $(VENV)/.bench-stamp: $(VENV)/.stamp
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet \
 	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib
@@ -122,15 +133,19 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 
-bench: bench-peers bench-door
+bench: bench-peers bench-door bench-rpc
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 # The OpenAI door's overhead per call: the 20-turn agent session in-process and through `pyshim serve`.
 bench-door: build models
 	$(PY) -m bench.door --out docs/bench-door.md
 
+# Local-only vs split over one and two loopback rpc-servers (docs/bench-rpc.md).
+bench-rpc: build models rpc-server
+	$(PY) -m bench.rpc --out docs/bench-rpc.md
+
 bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md
 
 clean:
-	rm -rf $(BUILD) build-san $(PEERS) vendor/llama.cpp.partial
+	rm -rf $(BUILD) build-san $(PEERS) $(RPC_BUILD) vendor/llama.cpp.partial

@@ -4,12 +4,60 @@
 
 #include "common.h"
 #include "json_args.h"
+#include "rpc.h"
 
+#include "ggml-rpc.h"
+
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <fstream>
 
 namespace el {
+
+namespace {
+
+// "rpc", "rpc_timeout_ms" and "tensor_split": where the layers go. With remote servers and
+// no "n_gpu_layers", every layer is offloaded (split over the devices); without them the
+// local default (0) stands.
+void parse_offload(const json & j, Config & c) {
+    if (const json * rpc = find(j, "rpc")) {
+        if (!rpc->is_array()) {
+            fail("\"rpc\" must be an array of \"host:port\" strings");
+        }
+        for (const json & ep : *rpc) {
+            if (!ep.is_string()) {
+                fail("\"rpc\" must be an array of \"host:port\" strings");
+            }
+            check_endpoint(ep.get<std::string>());
+            if (std::find(c.rpc.begin(), c.rpc.end(), ep.get<std::string>()) != c.rpc.end()) {
+                fail("\"rpc\" lists " + ep.get<std::string>() + " twice");
+            }
+            c.rpc.push_back(ep.get<std::string>());
+        }
+        if (c.rpc.size() > GGML_RPC_MAX_SERVERS) {
+            fail("\"rpc\" lists more than " + std::to_string(GGML_RPC_MAX_SERVERS) + " servers");
+        }
+        if (!c.rpc.empty() && find(j, "n_gpu_layers") == nullptr) {
+            c.n_gpu_layers = -1;
+        }
+    }
+    c.rpc_timeout_ms = (int32_t) get_int(j, "rpc_timeout_ms", c.rpc_timeout_ms, 100, 24 * 3600 * 1000);
+    if (const json * split = find(j, "tensor_split")) {
+        if (!split->is_array() || split->size() > llama_max_devices()) {
+            fail("\"tensor_split\" must be an array of at most " + std::to_string(llama_max_devices()) +
+                 " non-negative numbers, one per device");
+        }
+        for (const json & x : *split) {
+            if (!x.is_number() || x.get<double>() < 0 || x.get<double>() > 1e9) {
+                fail("\"tensor_split\" entries must be non-negative numbers");
+            }
+            c.tensor_split.push_back(x.get<float>());
+        }
+    }
+}
+
+}  // namespace
 
 Config parse_config(const char * config_json) {
     json j = parse_json_arg(config_json, "config");
@@ -18,7 +66,7 @@ Config parse_config(const char * config_json) {
     }
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
                             "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
-                            "tool_call_recovery", "log"}, "config");
+                            "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
     if (c.model.empty()) {
@@ -45,6 +93,7 @@ Config parse_config(const char * config_json) {
     c.chat_template = get_string(j, "chat_template", "");
     c.tool_call_recovery = get_bool(j, "tool_call_recovery", c.tool_call_recovery);
     c.log           = get_bool(j, "log", c.log);
+    parse_offload(j, c);
     if (c.n_threads == 0) {
         c.n_threads = common_cpu_get_num_math();
     }

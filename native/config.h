@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace el {
 
@@ -32,6 +33,9 @@ struct Config {
     std::string chat_template;
     bool        tool_call_recovery = true;
     bool        log           = false;
+    std::vector<std::string> rpc;             // rpc-server endpoints, "host:port"
+    int32_t     rpc_timeout_ms = 60000;       // connect and per-round-trip socket timeout
+    std::vector<float> tensor_split;          // share of the offloaded layers per device
 };
 
 // Parse and check el_open's config_json; throws UserError naming the bad key.

@@ -16,7 +16,7 @@
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),
 //      and writes the result JSON.
 // config.cpp parses el_open's settings and backend.cpp owns llama.cpp's process-wide
-// initialisation and log.
+// initialisation and log; rpc.cpp joins remote devices (llama.cpp's rpc-server) to a model.
 
 #include "el_shim.h"
 

@@ -57,6 +57,21 @@
 ** returns -1, and el_close frees only host memory, leaving the context and
 ** model unfreed rather than calling into a failed device.
 **
+** REMOTE DEVICES. With "rpc" (see el_open) the model's layers are split over
+** llama.cpp rpc-server processes on other machines (or this one) and the local
+** CPU/GPU, as llama-server's --rpc does; results are the same as local-only up
+** to floating-point rounding. SECURITY: rpc-server has no authentication and
+** no encryption: anyone who can reach its port can run computations and read
+** or write its memory. Run it only on a trusted network, bound to an address
+** of that network (never 0.0.0.0 on a machine with a public interface).
+** A server that dies, or stalls past rpc_timeout_ms, or does not answer 2 s
+** after a call's timeout_ms or el_cancel, fails that call with an error
+** naming it and the handle goes dead as on DEVICE LOSS (el_close then frees
+** everything, since a lost server leaves nothing local in doubt); the
+** process is never aborted. A new handle works once the server is back.
+** Connections are per process and per endpoint: handles naming the same
+** server share one connection, and one failure kills all of them.
+**
 ** VERSIONING. EL_ABI_VERSION (also el_version() and "abi_version" in every
 ** result) is MAJOR.MINOR. MINOR grows when functions, config keys, options or
 ** result fields are added; existing ones keep their meaning. MAJOR grows when
@@ -99,7 +114,24 @@ EL_API const char *el_version(void);
 **                  own (its training context), per slot         (4096)
 **   n_batch        prompt tokens evaluated per llama_decode           (512)
 **   n_threads      CPU threads; default: physical cores for math
-**   n_gpu_layers   layers offloaded to a GPU backend, if built with one  (0)
+**   n_gpu_layers   layers offloaded to GPU and remote devices; -1 = all.
+**                  The last layers are offloaded first; the rest run on the
+**                  CPU. A GPU needs a library built with one (CMake
+**                  -DGGML_CUDA=ON, see README)      (0; -1 when "rpc" is set)
+**   rpc            ["host:port", ...]: llama.cpp rpc-server endpoints whose
+**                  devices join the model (see REMOTE DEVICES). Each is
+**                  probed with a round trip at open; one that cannot be
+**                  reached fails el_open with an error naming it. Remote
+**                  devices come first in the device order, then local GPUs.
+**   rpc_timeout_ms socket timeout for connecting (at most 10 s of it) and
+**                  for each round trip to a server; a server silent for
+**                  longer is lost. Process-wide: applies to connections
+**                  opened from this el_open on. Must exceed the slowest
+**                  remote evaluation of one n_batch           (60000)
+**   tensor_split   [share, ...]: how the offloaded layers are divided over
+**                  the devices, in device order (remote in "rpc" order, then
+**                  local GPUs), e.g. [1, 3]; default: in proportion to each
+**                  device's free memory
 **   seed           default sampling seed                     (random)
 **   temperature, top_p, top_k, min_p
 **                  default sampling; temperature <= 0 means greedy
@@ -121,7 +153,8 @@ EL_API const char *el_version(void);
 **   log            let llama.cpp print its log to stderr            (false)
 **
 ** Returns a handle, or NULL on failure; then el_last_error() says why (file
-** missing, not a GGUF file, bad JSON, unknown key, out of memory, ...).
+** missing, not a GGUF file, bad JSON, unknown key, out of memory, an RPC
+** server that cannot be reached, ...).
 ** Thread-safe.
 */
 EL_API el_handle *el_open(const char *config_json);
@@ -163,7 +196,9 @@ EL_API const char *el_last_error(void);
 **                          call runs to max_tokens (for benchmarks)
 **     tool_call_recovery   override the handle's setting
 **     timeout_ms           wall-clock limit for this call; on expiry the call
-**                          returns with finish_reason "cancelled"
+**                          returns with finish_reason "cancelled" (with
+**                          "rpc": an error if a server still has not
+**                          answered 2 s later; see REMOTE DEVICES)
 **     session              pin this conversation to a slot (any string); see
 **                          SESSIONS AND ISOLATION. Without it, the unpinned
 **                          slot whose cache shares the longest prefix with the
@@ -289,7 +324,8 @@ EL_API int el_forget(el_handle *handle, const char *session);
 
 /*
 ** el_stats: a JSON object describing the handle: model, n_ctx (per slot),
-** n_threads, cache (tokens resident, checkpoints held and their bytes, in
+** n_threads, n_gpu_layers, rpc (the endpoints), devices (the GPU and
+** remote devices layers can be offloaded to, "NAME (description)"), cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.
 */

@@ -26,6 +26,9 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
+// evaluate()'s status when a remote server was lost (beside llama_decode's own codes).
+constexpr int32_t kRemoteLost = -100;
+
 double ms_since(steady::time_point t0) {
     return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
 }
@@ -33,7 +36,7 @@ double ms_since(steady::time_point t0) {
 }  // namespace
 
 Engine::~Engine() {
-    if (!dead_reason_.empty()) {
+    if (!dead_reason_.empty() && !dead_free_ok_) {
         // Freeing the context and model would call into the failed backend. Release
         // what lives in host memory and leave the rest: a bounded leak, not a crash.
         if (slots_) {
@@ -68,17 +71,11 @@ void Engine::open(const char * config_json) {
         enable_log_to_stderr();
     }
     check_model_file(cfg_.model);
-
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = cfg_.n_gpu_layers;
-    thread_log_errors().clear();
-    model_ = llama_model_load_from_file(cfg_.model.c_str(), mp);
-    if (model_ == nullptr) {
-        const std::string & why = thread_log_errors();
-        fail("llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
-    }
-    vocab_ = llama_model_get_vocab(model_);
+    load_model();
     create_context();
+    if (!rpc_.lost().empty()) {
+        fail("lost the connection to the RPC server " + rpc_.lost() + " while loading the model");
+    }
 
     try {
         templates_ = common_chat_templates_init(model_, cfg_.chat_template);
@@ -95,6 +92,35 @@ void Engine::open(const char * config_json) {
     }
     slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
     cache_ = &slots_->cache(0);
+}
+
+// Load the weights: on the CPU, or split over the remote (RPC) devices and local GPUs
+// by n_gpu_layers and tensor_split.
+void Engine::load_model() {
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = cfg_.n_gpu_layers;
+    if (!cfg_.rpc.empty()) {
+        rpc_.connect(cfg_.rpc, cfg_.rpc_timeout_ms);
+        mp.devices = rpc_.devices();
+    }
+    if (!cfg_.tensor_split.empty()) {
+        const size_t n_dev = rpc_.n_devices();
+        if (rpc_.active() && cfg_.tensor_split.size() > n_dev) {
+            fail("\"tensor_split\" has " + std::to_string(cfg_.tensor_split.size()) + " entries for " +
+                 std::to_string(n_dev) + " devices");
+        }
+        tensor_split_ = cfg_.tensor_split;
+        tensor_split_.resize(llama_max_devices(), 0.0f);
+        mp.tensor_split = tensor_split_.data();
+    }
+    thread_log_errors().clear();
+    model_ = llama_model_load_from_file(cfg_.model.c_str(), mp);
+    if (model_ == nullptr) {
+        const std::string why = rpc_.lost().empty() ? thread_log_errors()
+                                                    : "lost the connection to the RPC server " + rpc_.lost();
+        fail("llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
+    }
+    vocab_ = llama_model_get_vocab(model_);
 }
 
 void Engine::create_context() {
@@ -130,12 +156,36 @@ void Engine::create_context() {
 
 // llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal.
 void Engine::decode_failed(int32_t rc, const char * where) {
+    if (rc == kRemoteLost) {
+        // The patched ggml-rpc failed the connection without touching anything else, so
+        // freeing the context and model at el_close stays safe (remote buffers on the
+        // servers still alive are freed too).
+        dead_free_ok_ = true;
+        dead_reason_ = "lost the RPC server " + rpc_.lost() + " while " + where +
+                       (rpc_.interrupted() ? " (no answer " + std::to_string(RpcLink::kGraceMs) +
+                                                 " ms after the call's timeout or cancel; the connection was cut)"
+                                           : " (it died, or stalled past rpc_timeout_ms)") +
+                       ". This handle is dead: close it and open a new one";
+        throw std::runtime_error(dead_reason_);
+    }
     if (rc < -1) {
         dead_reason_ = "the backend failed while " + std::string(where) + " (llama_decode status " +
                        std::to_string(rc) + "); the device may be lost. This handle is dead: close it and open a new one";
         throw std::runtime_error(dead_reason_);
     }
     fail("llama_decode failed while " + std::string(where) + " (status " + std::to_string(rc) + ")");
+}
+
+// After an evaluation on remote devices: wait for its results, then make sure every
+// connection survived it; otherwise its output may be zeros and must not be read.
+int32_t Engine::check_remote(int32_t rc) {
+    if (!rpc_.active()) {
+        return rc;
+    }
+    if (rc == 0) {
+        llama_synchronize(ctx_);
+    }
+    return rpc_.lost().empty() ? rc : kRemoteLost;
 }
 
 bool Engine::should_stop() const {
@@ -172,7 +222,7 @@ int32_t Engine::evaluate(const std::vector<llama_token> & toks, size_t from, siz
             batch_.seq_id[i][0] = cache_->seq();
             batch_.logits[i]    = logits_last && from + i == to - 1;
         }
-        const int32_t rc = simulate_device_loss_ ? -3 : llama_decode(ctx_, batch_);
+        const int32_t rc = simulate_device_loss_ ? -3 : check_remote(llama_decode(ctx_, batch_));
         if (rc != 0) {
             return rc;
         }
@@ -258,6 +308,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     if (req.timeout_ms > 0) {
         deadline_ns = (steady::now() + std::chrono::microseconds((int64_t) (req.timeout_ms * 1000))).time_since_epoch().count();
     }
+    RpcCallGuard watch(rpc_, [this] { return should_stop(); });
     common_sampler_ptr sampler(common_sampler_init(model_, req.sampling));
     if (!sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");
@@ -365,7 +416,7 @@ void Engine::prefill(const Request & req, DeltaStream & stream, bool streaming, 
         throw std::runtime_error("test hook: failure after prefill");
     }
     if (rc != 0) {
-        if (rc == 2 || should_stop()) {
+        if (rc != kRemoteLost && (rc == 2 || should_stop())) {
             rep.finish_reason = "cancelled";
         } else {
             decode_failed(rc, "evaluating the prompt");
@@ -448,7 +499,7 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
         // Feed the sampled token back. Only now does it enter the cache and the mirror.
         const int32_t drc = evaluate(std::vector<llama_token>{tok}, 0, 1, true);
         if (drc != 0) {
-            if (drc == 2 || should_stop()) {
+            if (drc != kRemoteLost && (drc == 2 || should_stop())) {
                 rep.finish_reason = "cancelled";
                 break;
             }
@@ -457,6 +508,18 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
     }
     rep.ms_decode = ms_since(t0);
     return text;
+}
+
+// The devices layers can be offloaded to: the remote ones and the local GPUs.
+json Engine::device_names() const {
+    json names = json::array();
+    const std::vector<ggml_backend_dev_t> devs =
+        rpc_.active() ? std::vector<ggml_backend_dev_t>(rpc_.devices_begin(), rpc_.devices_begin() + rpc_.n_devices())
+                      : local_gpus();
+    for (ggml_backend_dev_t d : devs) {
+        names.push_back(std::string(ggml_backend_dev_name(d)) + " (" + ggml_backend_dev_description(d) + ")");
+    }
+    return names;
 }
 
 json Engine::stats() const {
@@ -471,6 +534,9 @@ json Engine::stats() const {
         {"swa_full", cfg_.swa_full},
         {"flash_attn", cfg_.flash_attn},
         {"recurrent", llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)},
+        {"n_gpu_layers", cfg_.n_gpu_layers},
+        {"rpc", rpc_.endpoints()},
+        {"devices", device_names()},
         {"cache", slots_->stats()},
         {"abi_version", EL_ABI_VERSION},
     };

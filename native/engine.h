@@ -12,6 +12,7 @@
 #include "el_shim.h"
 #include "json_args.h"
 #include "llama.h"
+#include "rpc.h"
 #include "slots.h"
 
 #include <atomic>
@@ -64,10 +65,12 @@ class Engine {
     std::atomic<int64_t>  deadline_ns{0};
 
   private:
+    void load_model();
     void create_context();
     bool should_stop() const;
     static bool abort_callback(void * data);
     [[noreturn]] void decode_failed(int32_t rc, const char * where);
+    int32_t check_remote(int32_t rc);
     std::string new_call_id();
 
     // The steps of run(), in order.
@@ -78,6 +81,7 @@ class Engine {
 
     int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
                      const std::function<void(size_t)> & progress = nullptr);
+    json        device_names() const;
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
     llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased) const;
 
@@ -91,10 +95,13 @@ class Engine {
     int32_t                   n_ctx_ = 0;        // tokens per slot
     llama_batch               batch_{};          // n_batch tokens, reused by every evaluate()
     std::mt19937_64           rng_{std::random_device{}()};
+    RpcLink                   rpc_;           // remote devices (config "rpc"); inactive without
+    std::vector<float>        tensor_split_;  // llama_max_devices() entries, alive while loading
 
     // Set when the backend fails fatally (a lost GPU, a failed compute): every later
     // call on the handle is refused, since nothing it computes could be trusted.
     std::string dead_reason_;
+    bool        dead_free_ok_ = false;  // dead from a lost RPC server: freeing is still safe
     bool        simulate_device_loss_ = false;  // test hook: llama_decode reports a fatal backend error
 };
 

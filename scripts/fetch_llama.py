@@ -40,6 +40,9 @@ KEEP = (
 
 ROOT = Path(__file__).resolve().parent.parent
 DEST = ROOT / "vendor" / "llama.cpp"
+# Reviewed changes carried on top of the pinned source, applied in name order (see each
+# file's header for what it changes and why).
+PATCHES = sorted((ROOT / "native" / "patches").glob("*.patch"))
 STAMP = DEST / ".pyshim-sha256"
 CACHE = Path(os.environ.get("PYSHIM_CACHE", Path.home() / ".cache" / "pyshim")) / "downloads"
 
@@ -109,6 +112,7 @@ def unpack(archive: Path) -> None:
                 m.name = rel
                 members.append(m)
         tar.extractall(staging, members=members, filter="data")
+    apply_patches(staging)
     # Keep the committed pin files, replace everything else atomically enough for a rerun.
     for keep in ("README.md",):
         if (DEST / keep).exists():
@@ -118,9 +122,25 @@ def unpack(archive: Path) -> None:
     STAMP.write_text(stamp())
 
 
+def apply_patches(tree: Path) -> None:
+    """Apply PATCHES to the freshly unpacked tree, then prove every hunk is in place by
+    reverse-applying them in a dry run; any mismatch stops the build."""
+    for p in PATCHES:
+        for args in (["--forward"], ["--reverse", "--dry-run"]):
+            r = subprocess.run(
+                ["patch", "-p1", "--batch", "--silent", *args, "-d", str(tree), "-i", str(p)],
+                capture_output=True,
+                text=True,
+            )
+            if r.returncode != 0:
+                sys.exit(f"fetch_llama: {p.name} does not apply to the pinned source ({' '.join(args)}):\n{r.stdout}")
+
+
 def stamp() -> str:
-    """What the unpacked tree was made from: the archive and the list of paths taken from it."""
-    return f"{SHA256} {hashlib.sha256(repr(KEEP).encode()).hexdigest()[:16]}\n"
+    """What the unpacked tree was made from: the archive, the list of paths taken from it and
+    the patches applied, so that changing any of them unpacks afresh."""
+    patches = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in PATCHES)).hexdigest()[:16]
+    return f"{SHA256} {hashlib.sha256(repr(KEEP).encode()).hexdigest()[:16]} {patches}\n"
 
 
 def main() -> None:
@@ -130,7 +150,7 @@ def main() -> None:
     if STAMP.exists() and STAMP.read_text() == stamp() and (DEST / "include" / "llama.h").exists():
         return
     unpack(fetch())
-    print(f"fetch_llama: vendor/llama.cpp filled from {ARCHIVE} (sha256 verified)")
+    print(f"fetch_llama: vendor/llama.cpp filled from {ARCHIVE} (sha256 verified, {len(PATCHES)} patches applied)")
 
 
 if __name__ == "__main__":
