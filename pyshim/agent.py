@@ -216,21 +216,21 @@ class Agent:
         for _ in range(self.max_steps):
             try:
                 result = self.model.generate(state.messages, schemas, on_delta=on_delta, **state.options(self.options))
-            except ContextFull as e:
-                return state.result("context_full", str(e))
             except ShimError as e:
-                raise AgentError(f"the agent run stopped: {e}", state.result("error", str(e))) from e
-            self._emit({"type": "turn", "result": result})
-            step = state.take(result)
-            if step == "nudge":
-                self._emit({"type": "nudge", "content": NUDGE})
-            elif step == "context_full":
-                return state.result("context_full", "the context filled up during the model's turn")
-            elif step == "answer":
-                return state.result("answer")
-            else:
-                for call in result["tool_calls"]:
-                    self._run_tool(state, call)
+                return self.stopped(state, e)
+            outcome = self.after_turn(state, result)
+            if isinstance(outcome, AgentResult):
+                return outcome
+            for call in outcome:
+                name, runner = self.begin_tool(call)
+                if isinstance(runner, str):
+                    output = runner
+                else:
+                    try:
+                        output = tool_output(settle(runner()))
+                    except Exception as e:  # the model gets to see and fix it
+                        output = tool_error(name, e)
+                self.end_tool(state, call, output)
         return state.result("max_steps")
 
     async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
@@ -239,19 +239,36 @@ class Agent:
 
         return await arun(self, prompt)
 
-    def _run_tool(self, state: _Run, call: dict[str, Any]) -> None:
+    # The steps a loop is made of; ``run`` and ``aio.arun`` differ only in how they wait.
+
+    def stopped(self, state: _Run, error: ShimError) -> AgentResult:
+        """A model turn failed: a full context ends the run with its transcript, anything else raises."""
+        if isinstance(error, ContextFull):
+            return state.result("context_full", str(error))
+        raise AgentError(f"the agent run stopped: {error}", state.result("error", str(error))) from error
+
+    def after_turn(self, state: _Run, result: Result) -> AgentResult | list[dict[str, Any]]:
+        """Record one model turn: the run's result if it ends here, else the tool calls to run next."""
+        self._emit({"type": "turn", "result": result})
+        step = state.take(result)
+        if step == "nudge":
+            self._emit({"type": "nudge", "content": NUDGE})
+            return []
+        if step == "context_full":
+            return state.result("context_full", "the context filled up during the model's turn")
+        if step == "answer":
+            return state.result("answer")
+        return list(result["tool_calls"])
+
+    def begin_tool(self, call: dict[str, Any]) -> tuple[str, Callable[[], Any] | str]:
+        """Announce a call; returns its tool name and a ready-to-run call (or the error text the model gets)."""
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         self._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
-        runner = self._runner(name, arguments)
-        if isinstance(runner, str):
-            output = runner
-        else:
-            try:
-                output = tool_output(settle(runner()))
-            except Exception as e:  # the model gets to see and fix it
-                output = tool_error(name, e)
+        return name, self._runner(name, arguments)
+
+    def end_tool(self, state: _Run, call: dict[str, Any], output: str) -> None:
         state.record(call, output)
-        self._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
+        self._emit({"type": "tool_result", "id": call["id"], "name": call["function"]["name"], "content": output})
 
     def _runner(self, name: str, arguments: str) -> Callable[[], Any] | str:
         """A ready-to-run call of the tool, or the error text the model gets instead."""

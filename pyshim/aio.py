@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._lib import lib
-from .errors import AgentError, ContextFull, ShimError
+from .errors import ShimError
 from .model import Delta, Message, Model, Result
 
 if TYPE_CHECKING:
@@ -241,31 +241,10 @@ def astream(
     return AsyncStream(model, messages, tools, options)
 
 
-async def _arun_tool(agent: Agent, state: Any, call: dict[str, Any]) -> None:
-    """``Agent._run_tool`` for asyncio: a plain tool runs in a thread, a coroutine tool is awaited."""
-    from .agent import tool_error, tool_output
-
-    name, arguments = call["function"]["name"], call["function"]["arguments"]
-    agent._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
-    runner = agent._runner(name, arguments)
-    if isinstance(runner, str):
-        output = runner
-    else:
-        try:
-            value = await asyncio.to_thread(runner)
-            if inspect.isawaitable(value):
-                value = await value
-            output = tool_output(value)
-        except Exception as e:  # the model gets to see and fix it
-            output = tool_error(name, e)
-    state.record(call, output)
-    agent._emit({"type": "tool_result", "id": call["id"], "name": name, "content": output})
-
-
 async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-    """``Agent.run`` as a coroutine: the same steps (``Agent.begin``, ``_Run``), with ``agenerate``
-    and awaitable tools."""
-    from .agent import NUDGE
+    """``Agent.run`` as a coroutine: the same steps (``Agent.begin``, ``after_turn``, ``begin_tool``,
+    ``end_tool``), with ``agenerate``; a plain tool runs in a thread, a coroutine tool is awaited."""
+    from .agent import AgentResult, tool_error, tool_output
 
     state = agent.begin(prompt)
     schemas = [t.schema for t in agent.tools.values()] or None
@@ -281,19 +260,20 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
         options = state.options(agent.options)
         try:
             result = await agenerate(agent.model, state.messages, schemas, on_delta=on_delta, **options)
-        except ContextFull as e:
-            return state.result("context_full", str(e))
         except ShimError as e:
-            raise AgentError(f"the agent run stopped: {e}", state.result("error", str(e))) from e
-        agent._emit({"type": "turn", "result": result})
-        step = state.take(result)
-        if step == "nudge":
-            agent._emit({"type": "nudge", "content": NUDGE})
-        elif step == "context_full":
-            return state.result("context_full", "the context filled up during the model's turn")
-        elif step == "answer":
-            return state.result("answer")
-        else:
-            for call in result["tool_calls"]:
-                await _arun_tool(agent, state, call)
+            return agent.stopped(state, e)
+        outcome = agent.after_turn(state, result)
+        if isinstance(outcome, AgentResult):
+            return outcome
+        for call in outcome:
+            name, runner = agent.begin_tool(call)
+            if isinstance(runner, str):
+                output = runner
+            else:
+                try:
+                    value = await asyncio.to_thread(runner)
+                    output = tool_output(await value if inspect.isawaitable(value) else value)
+                except Exception as e:  # the model gets to see and fix it
+                    output = tool_error(name, e)
+            agent.end_tool(state, call, output)
     return state.result("max_steps")
