@@ -57,8 +57,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 0
-#define EL_ABI_VERSION "1.0"
+#define EL_ABI_VERSION_MINOR 1
+#define EL_ABI_VERSION "1.1"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -257,7 +257,9 @@ EL_API int el_forget(el_handle *handle, const char *session);
 
 /*
 ** el_stats: a JSON object describing the handle: model, n_ctx (per slot),
-** n_threads, cache (tokens resident, checkpoints held and their bytes, in
+** n_threads, flash_attn (the configured setting) and flash_attn_in_use
+** (whether the context really computes attention with it, "auto" resolved;
+** since 1.1), cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.
 */

@@ -72,6 +72,9 @@ class Engine {
     std::string decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
                        CallReport & rep);
 
+    void probe(const Request & req, CallReport & rep);
+    void plant_corruption(const Request & req, const std::vector<llama_token> & before, CallReport & rep);
+
     int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
                      const std::function<void(size_t)> & progress = nullptr);
     json    logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
@@ -91,6 +94,7 @@ class Engine {
     // call on the handle is refused, since nothing it computes could be trusted.
     std::string dead_reason_;
     bool        simulate_device_loss_ = false;  // test hook: llama_decode reports a fatal backend error
+    size_t      test_pos_shift_       = 0;      // test hook: positions of this call's tokens run one late
 };
 
 }  // namespace el

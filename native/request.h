@@ -19,6 +19,17 @@ namespace el {
 
 enum class ToolChoice { Auto, None, Required, Named };
 
+// Test hook: one realistic fault planted in the reused prefix, so that the reuse oracle
+// can show it sees a single wrong token (tests/oracle.py).
+enum class Corruption {
+    None,
+    Stale,      // the token at `at` is another token of the prompt
+    Missing,    // the token at `at` is left out
+    Duplicate,  // the token at `at` is there twice
+    Other,      // the slot holds the conversation that was there before, not this one
+    Shift,      // the tokens from `at` on sit one position later than they should
+};
+
 struct Request {
     common_chat_params           chat;           // rendered prompt, parser, tool grammar
     common_chat_parser_params    parser;
@@ -41,6 +52,11 @@ struct Request {
     bool                         device_lost        = false;  // llama_decode reports a fatal backend error
     bool                         has_canned_output  = false;  // parse this text instead of sampling
     std::string                  canned_output;
+    Corruption                   corrupt    = Corruption::None;
+    int64_t                      corrupt_at = -1;  // index in the reused prefix; < 0 counts from its end
+    std::vector<llama_token>     forced;           // decode these tokens instead of sampling
+    int32_t                      probe      = 0;   // > 0: copy up to this many prompt tokens instead of decoding
+    int64_t                      leak_bytes = 0;   // keep this much memory until exit (shows the soak can fail)
 };
 
 // What parsing a request needs to know about the open model.

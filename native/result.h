@@ -23,6 +23,7 @@ struct CallReport {
     size_t      slot = 0;
     bool        restored_from_host = false;
     json        logprobs = json::array();  // per generated token, when asked for
+    json        probe;                     // test hook "probe": per position of the copy
 };
 
 // Parse the output with the template's parser, recover a call written as JSON if the
