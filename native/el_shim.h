@@ -158,7 +158,8 @@ EL_API const char *el_last_error(void);
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
 **     _test                test-only hooks (unstable; absent from builds
-**                          without EL_TEST_HOOKS)
+**                          without EL_TEST_HOOKS; a probe call adds the
+**                          result field "_test_probe")
 **
 **   "required", a named function and "json_schema" are enforced with a
 **   grammar: the output is valid by construction. With tool_choice "required"
