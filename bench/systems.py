@@ -52,6 +52,11 @@ class System(Protocol):
         ignore_eos: bool = False,
     ) -> Turn: ...
 
+    def clear_cache(self) -> None:
+        """Forget every cached prompt, so that the next turn evaluates its whole prompt
+        (where the system offers a way; llama-server reports what it evaluated instead)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -106,6 +111,9 @@ class Pyshim:
             detail={k.replace("ms_", "") + "_ms": r[k] for k in ("ms_prepare", "ms_template") if k in r},
         )
 
+    def clear_cache(self) -> None:
+        self.model.reset()
+
     def close(self) -> None:
         self.model.close()
 
@@ -155,6 +163,9 @@ class LlamaCppPython:
         # The binding does not report its prompt size; the tokens it holds are prompt + output.
         n_prompt = max(0, self.llm.n_tokens - n_gen)
         return Turn((first or t1) - t0, t1 - t0, n_prompt, n_gen)
+
+    def clear_cache(self) -> None:
+        self.llm.reset()  # its token mirror: the next prompt shares no prefix with it
 
     def close(self) -> None:
         self.llm.close()
@@ -244,6 +255,9 @@ class LlamaServer:
         n_prompt = n_eval + int(timings.get("cache_n", 0))
         model_s = (float(timings.get("prompt_ms", 0)) + float(timings.get("predicted_ms", 0))) / 1000
         return Turn((first or t1) - t0, t1 - t0, n_prompt, int(timings.get("predicted_n", 0)), n_eval, model_s)
+
+    def clear_cache(self) -> None:
+        pass  # no endpoint for it without slot files; its timings report what it evaluated
 
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include "common.h"
+#include "llama-context.h"  // private: see context_uses_flash_attn
 #include "llama.h"
 #include "log.h"
 
@@ -38,6 +39,10 @@ void init_backend_once() {
 }
 
 void enable_log_to_stderr() { g_log_to_stderr = true; }
+
+// llama.h has no getter for this; llama_context keeps the resolved value in its cparams,
+// which is what its graph builder reads to choose the attention kernel.
+bool context_uses_flash_attn(const llama_context * ctx) { return ctx->get_cparams().flash_attn; }
 
 std::string & thread_log_errors() { return t_log_errors; }
 

@@ -7,6 +7,8 @@
 
 #include <string>
 
+struct llama_context;
+
 namespace el {
 
 // Idempotent and thread-safe.
@@ -14,6 +16,10 @@ void init_backend_once();
 
 // From now on, let llama.cpp print its log to stderr (config "log": true).
 void enable_log_to_stderr();
+
+// Whether the context computes attention with flash attention: its resolved setting
+// (after "auto" is decided), read back from the context rather than from our config.
+bool context_uses_flash_attn(const llama_context * ctx);
 
 // llama.cpp's error lines logged on this thread since the last clear (bounded).
 std::string & thread_log_errors();

@@ -210,7 +210,8 @@ EL_API const char *el_last_error(void);
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
 **     _test                test-only hooks (unstable; absent from builds
-**                          without EL_TEST_HOOKS)
+**                          without EL_TEST_HOOKS; a probe call adds the
+**                          result field "_test_probe")
 **
 **   "required", a named function and "json_schema" are enforced with a
 **   grammar: the output is valid by construction. With tool_choice "required"
@@ -325,7 +326,10 @@ EL_API int el_forget(el_handle *handle, const char *session);
 /*
 ** el_stats: a JSON object describing the handle: model, n_ctx (per slot),
 ** n_threads, n_gpu_layers, rpc (the endpoints), devices (the GPU and
-** remote devices layers can be offloaded to, "NAME (description)"), cache (tokens resident, checkpoints held and their bytes, in
+** remote devices layers can be offloaded to, "NAME (description)"),
+** flash_attn (the configured setting) and flash_attn_in_use (whether the
+** context really computes attention with it, "auto" resolved; since 1.1),
+** cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.
 */

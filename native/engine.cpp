@@ -18,6 +18,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 
 namespace el {
@@ -213,7 +216,7 @@ int32_t Engine::evaluate(const std::vector<llama_token> & toks, size_t from, siz
                          const std::function<void(size_t)> & progress) {
     while (from < to) {
         const size_t n = std::min<size_t>(to - from, (size_t) cfg_.n_batch);
-        const size_t pos0 = cache_->tokens().size();
+        const size_t pos0 = cache_->tokens().size() + test_pos_shift_;
         batch_.n_tokens = (int32_t) n;
         for (size_t i = 0; i < n; i++) {
             batch_.token[i]     = toks[from + i];
@@ -305,6 +308,16 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints()},
                                       messages_json, tools_json, options_json);
     simulate_device_loss_ = req.device_lost;
+#ifdef EL_TEST_HOOKS
+    if (req.leak_bytes > 0) {
+        // a steady per-call leak, touched so that it is resident: what the soak must catch
+        static std::mutex                          leak_mu;
+        static std::vector<std::unique_ptr<char[]>> leaked;
+        std::lock_guard<std::mutex>                lock(leak_mu);
+        leaked.push_back(std::make_unique<char[]>((size_t) req.leak_bytes));
+        std::memset(leaked.back().get(), 1, (size_t) req.leak_bytes);
+    }
+#endif
     if (req.timeout_ms > 0) {
         deadline_ns = (steady::now() + std::chrono::microseconds((int64_t) (req.timeout_ms * 1000))).time_since_epoch().count();
     }
@@ -340,12 +353,19 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     DeltaStream stream(callback, user_data, req.recover, [this] { return new_call_id(); });
     const bool streaming = callback != nullptr;
     prefill(req, stream, streaming, rep);
+#ifdef EL_TEST_HOOKS
+    if (req.probe > 0 && rep.finish_reason.empty()) {
+        probe(req, rep);
+    }
+#endif
     const std::string text = decode(req, sampler.get(), stream, streaming, rep);
     deadline_ns = 0;
 
     // An aborted llama_decode may have left part of a batch in the cache, which the
-    // mirror does not describe: only then is the guard left armed.
-    if (llama_memory_seq_pos_max(llama_get_memory(ctx_), cache_->seq()) == (llama_pos) cache_->tokens().size() - 1) {
+    // mirror does not describe: only then (and after a planted corruption) is the guard
+    // left armed.
+    if (llama_memory_seq_pos_max(llama_get_memory(ctx_), cache_->seq()) == (llama_pos) cache_->tokens().size() - 1 &&
+        req.corrupt == Corruption::None) {
         guard.disarm();
         settle.ok = true;
     }
@@ -362,10 +382,17 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
 // Make the slot's cache hold the longest prefix of the prompt it can hold exactly.
 void Engine::reuse(const Request & req, CallReport & rep) {
     const auto t0 = steady::now();
+    test_pos_shift_ = 0;
     if (!req.cache_prompt) {
         cache_->clear();
     }
+    const std::vector<llama_token> before = req.corrupt == Corruption::Other ? cache_->tokens() : std::vector<llama_token>{};
     rep.n_reused = cache_->prepare(req.prompt, req.unsafe_reuse);
+#ifdef EL_TEST_HOOKS
+    if (req.corrupt != Corruption::None) {
+        plant_corruption(req, before, rep);
+    }
+#endif
     if (req.unsafe_reuse == UnsafeReuse::Corrupt && rep.n_reused > 0) {
         std::vector<llama_token> wrong(req.prompt.begin(), req.prompt.begin() + rep.n_reused);
         std::reverse(wrong.begin() + 1, wrong.end());
@@ -377,6 +404,106 @@ void Engine::reuse(const Request & req, CallReport & rep) {
     }
     rep.ms_reset = ms_since(t0);
 }
+
+#ifdef EL_TEST_HOOKS
+// Test hook "probe": instead of decoding, evaluate a copy of the prompt's first tokens
+// after the prompt and report, at every position of the copy, the log probability of the
+// token the copy goes on with and the model's top token. A model that has read its
+// context predicts a copy of it sharply, so one wrong, missing or extra token in the
+// cache shows at the place where the copy reaches it. Both handles of a comparison run
+// these batches in the same shapes at the same positions.
+void Engine::probe(const Request & req, CallReport & rep) {
+    const size_t p = req.prompt.size();
+    const size_t n = std::min({(size_t) req.probe, p, (size_t) std::max<int64_t>(0, (int64_t) n_ctx_ - (int64_t) p - 1)});
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    json lp = json::array(), top = json::array();
+    auto record = [&](const float * logits, llama_token next) {
+        float max_l = -INFINITY;
+        int32_t best = 0;
+        for (int32_t i = 0; i < n_vocab; i++) {
+            if (logits[i] > max_l) {
+                max_l = logits[i];
+                best  = i;
+            }
+        }
+        double sum = 0;
+        for (int32_t i = 0; i < n_vocab; i++) {
+            sum += std::exp((double) logits[i] - max_l);
+        }
+        lp.push_back((double) logits[next] - max_l - std::log(sum));
+        top.push_back(best);
+    };
+    if (n > 0) {
+        record(llama_get_logits_ith(ctx_, -1), req.prompt[0]);
+    }
+    const size_t chunk = std::min<size_t>(32, (size_t) cfg_.n_batch);  // logits for every position: keep batches small
+    for (size_t from = 0; from + 1 < n; from += chunk) {
+        const size_t m    = std::min(chunk, n - 1 - from);
+        const size_t pos0 = cache_->tokens().size() + test_pos_shift_;
+        batch_.n_tokens   = (int32_t) m;
+        for (size_t i = 0; i < m; i++) {
+            batch_.token[i]     = req.prompt[from + i];
+            batch_.pos[i]       = (llama_pos) (pos0 + i);
+            batch_.n_seq_id[i]  = 1;
+            batch_.seq_id[i][0] = cache_->seq();
+            batch_.logits[i]    = true;
+        }
+        if (const int32_t rc = llama_decode(ctx_, batch_); rc != 0) {
+            decode_failed(rc, "probing");
+        }
+        cache_->append(req.prompt.data() + from, m);
+        for (size_t i = 0; i < m; i++) {
+            record(llama_get_logits_ith(ctx_, (int32_t) i), req.prompt[from + i + 1]);
+        }
+    }
+    rep.probe         = json{{"logprob", lp}, {"top", top}};
+    rep.finish_reason = "stop";
+}
+
+// Test hook: rebuild the slot so that it holds the reused prefix with one realistic
+// fault, while the call goes on as if the prefix were intact (prefill starts at
+// prompt[n_reused]). Such a cache computes exactly what a fresh evaluation of the
+// faulty sequence computes. The guard clears the slot when the call ends.
+void Engine::plant_corruption(const Request & req, const std::vector<llama_token> & before, CallReport & rep) {
+    size_t n = rep.n_reused;
+    std::vector<llama_token> held(req.prompt.begin(), req.prompt.begin() + (std::ptrdiff_t) n);
+    if (req.corrupt == Corruption::Other) {
+        // a slot-routing fault: the cache is another conversation's, claimed to be this one's
+        n    = std::min(before.size(), req.prompt.size() - 1);
+        held = std::vector<llama_token>(before.begin(), before.begin() + (std::ptrdiff_t) n);
+        if (n == 0 || common_prefix(held, req.prompt) == n) {
+            fail("test hook: the slot held no other conversation to mistake for this one");
+        }
+    }
+    const int64_t at = req.corrupt_at < 0 ? (int64_t) n + req.corrupt_at : req.corrupt_at;
+    if (req.corrupt != Corruption::Other && (at < 0 || at >= (int64_t) n)) {
+        fail("test hook: \"at\" " + std::to_string(req.corrupt_at) + " is outside the reused prefix of " +
+             std::to_string(n) + " tokens");
+    }
+    if (req.corrupt == Corruption::Stale) {
+        // another token of this prompt: the stale word a wrongly kept cell would hold
+        auto other = std::find_if(req.prompt.begin() + at, req.prompt.end(), [&](llama_token t) { return t != held[at]; });
+        if (other == req.prompt.end()) {
+            other = std::find_if(req.prompt.begin(), req.prompt.end(), [&](llama_token t) { return t != held[at]; });
+        }
+        held[at] = *other;
+    } else if (req.corrupt == Corruption::Missing) {
+        held.erase(held.begin() + at);
+    } else if (req.corrupt == Corruption::Duplicate) {
+        held.insert(held.begin() + at, held[at]);
+    }
+    cache_->clear();
+    if (evaluate(held, 0, held.size(), false) != 0) {
+        fail("test hook: could not evaluate the corrupted prefix");
+    }
+    if (req.corrupt == Corruption::Shift) {
+        // a hole at `at`: the tokens from there on, and all that follow, one position late
+        llama_memory_seq_add(llama_get_memory(ctx_), cache_->seq(), (llama_pos) at, -1, 1);
+        test_pos_shift_ = 1;
+    }
+    rep.n_reused = n;
+}
+#endif
 
 // Evaluate the prompt past what was reused. A cancel here ends the call as "cancelled"
 // (the guard clears the half-evaluated cache); a failed decode throws.
@@ -447,12 +574,14 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
             break;
         }
         llama_token tok;
-        if (req.has_forced_output) {
-            if (rep.n_decoded == req.forced_output.size()) {
-                rep.finish_reason = "stop";  // the forced text ends as if the model ended it
-                break;
+        if (rep.n_decoded < req.forced.size()) {
+            tok = req.forced[rep.n_decoded];
+            if (!req.forced_only) {
+                common_sampler_accept(sampler, tok, true);  // sampling goes on after them
             }
-            tok = req.forced_output[rep.n_decoded];
+        } else if (req.forced_only) {
+            rep.finish_reason = "stop";  // the forced text ends as if the model ended it
+            break;
         } else if (req.greedy) {
             tok = argmax_token(req, biased);
         } else {
@@ -476,7 +605,7 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
             rep.finish_reason = "stop";
             break;
         }
-        if ((int32_t) rep.n_decoded >= req.max_tokens) {
+        if ((int32_t) rep.n_decoded >= req.max_tokens || (!req.forced.empty() && rep.n_decoded >= req.forced.size())) {
             rep.finish_reason = "length";
             break;
         }
@@ -533,6 +662,7 @@ json Engine::stats() const {
         {"n_swa", llama_model_n_swa(model_)},
         {"swa_full", cfg_.swa_full},
         {"flash_attn", cfg_.flash_attn},
+        {"flash_attn_in_use", context_uses_flash_attn(ctx_)},
         {"recurrent", llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)},
         {"n_gpu_layers", cfg_.n_gpu_layers},
         {"rpc", rpc_.endpoints()},

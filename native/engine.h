@@ -79,6 +79,9 @@ class Engine {
     std::string decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
                        CallReport & rep);
 
+    void probe(const Request & req, CallReport & rep);
+    void plant_corruption(const Request & req, const std::vector<llama_token> & before, CallReport & rep);
+
     int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
                      const std::function<void(size_t)> & progress = nullptr);
     json        device_names() const;
@@ -103,6 +106,7 @@ class Engine {
     std::string dead_reason_;
     bool        dead_free_ok_ = false;  // dead from a lost RPC server: freeing is still safe
     bool        simulate_device_loss_ = false;  // test hook: llama_decode reports a fatal backend error
+    size_t      test_pos_shift_       = 0;      // test hook: positions of this call's tokens run one late
 };
 
 }  // namespace el

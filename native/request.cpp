@@ -170,6 +170,49 @@ Inputs read_inputs(const char * messages_json, const char * tools_json, const ch
     return in;
 }
 
+#ifdef EL_TEST_HOOKS
+// "_test": {"corrupt": {"kind": "stale" | "missing" | "duplicate" | "other" | "shift", "at": i}}
+void read_corruption(const json & t, Request & r) {
+    const json * c = find(t, "corrupt");
+    if (c == nullptr) {
+        return;
+    }
+    if (!c->is_object()) {
+        fail("\"_test.corrupt\" must be an object");
+    }
+    reject_unknown_keys(*c, {"kind", "at"}, "_test.corrupt");
+    const std::string kind = get_string(*c, "kind", "");
+    r.corrupt = kind == "stale"       ? Corruption::Stale
+              : kind == "missing"     ? Corruption::Missing
+              : kind == "duplicate"   ? Corruption::Duplicate
+              : kind == "other"       ? Corruption::Other
+              : kind == "shift"       ? Corruption::Shift
+                                      : Corruption::None;
+    if (r.corrupt == Corruption::None) {
+        fail("\"_test.corrupt.kind\" must be stale, missing, duplicate, other or shift");
+    }
+    r.corrupt_at = get_int(*c, "at", -1, INT32_MIN, INT32_MAX);
+}
+
+// "_test": {"force": [token ids]}: decode exactly these tokens (logprobs still report
+// the model's distribution at each), so two handles can be compared position by position.
+void read_forced_tokens(const json & t, const llama_vocab * vocab, Request & r) {
+    const json * f = find(t, "force");
+    if (f == nullptr) {
+        return;
+    }
+    if (!f->is_array() || f->empty()) {
+        fail("\"_test.force\" must be a non-empty array of token ids");
+    }
+    for (const json & id : *f) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= llama_vocab_n_tokens(vocab)) {
+            fail("\"_test.force\" holds a value that is not a token id of this model");
+        }
+        r.forced.push_back(id.get<llama_token>());
+    }
+}
+#endif
+
 // The "_test" hooks; returns the largest top_logprobs the call may ask for.
 int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r) {
     int32_t max_top_logprobs = 20;
@@ -179,7 +222,7 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
             fail("\"_test\" must be an object");
         }
         reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost",
-                                 "sampler_chain"},
+                                 "sampler_chain", "corrupt", "force", "leak_bytes", "probe"},
                             "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
@@ -187,9 +230,10 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
             r.has_canned_output = true;
         }
         if (find(*t, "force_output") != nullptr) {
-            // Decoded token by token as if sampled: streaming, stop strings and limits apply.
-            r.forced_output = common_tokenize(vocab, get_string(*t, "force_output", ""), false, true);
-            r.has_forced_output = true;
+            // The whole output, decoded token by token as if sampled: streaming, stop
+            // strings and limits apply, and it ends as if the model ended it.
+            r.forced      = common_tokenize(vocab, get_string(*t, "force_output", ""), false, true);
+            r.forced_only = true;
         }
         max_top_logprobs = llama_vocab_n_tokens(vocab);
         const std::string reuse = get_string(*t, "reuse", "checked");
@@ -198,6 +242,10 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
                                                  : UnsafeReuse::None;
         r.fail_after_prefill = get_bool(*t, "fail_after_prefill", false);
         r.sampler_chain      = get_bool(*t, "sampler_chain", false);
+        read_corruption(*t, r);
+        read_forced_tokens(*t, vocab, r);
+        r.leak_bytes = get_int(*t, "leak_bytes", 0, 0, 1 << 20);
+        r.probe      = (int32_t) get_int(*t, "probe", 0, 0, INT32_MAX);
 #else
         (void) t;
         (void) vocab;

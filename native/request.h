@@ -26,6 +26,17 @@ enum class ToolChoice { Auto, None, Required, Named };
 constexpr size_t kMaxStops      = 16;
 constexpr size_t kMaxStopLength = 1024;
 
+// Test hook: one realistic fault planted in the reused prefix, so that the reuse oracle
+// can show it sees a single wrong token (tests/oracle.py).
+enum class Corruption {
+    None,
+    Stale,      // the token at `at` is another token of the prompt
+    Missing,    // the token at `at` is left out
+    Duplicate,  // the token at `at` is there twice
+    Other,      // the slot holds the conversation that was there before, not this one
+    Shift,      // the tokens from `at` on sit one position later than they should
+};
+
 struct Request {
     common_chat_params           chat;           // rendered prompt, parser, tool grammar
     common_chat_parser_params    parser;
@@ -52,8 +63,12 @@ struct Request {
     bool                         sampler_chain      = false;  // no greedy fast path: the full chain samples
     bool                         has_canned_output  = false;  // parse this text instead of sampling
     std::string                  canned_output;
-    bool                         has_forced_output  = false;  // decode these tokens instead of sampling
-    std::vector<llama_token>     forced_output;
+    Corruption                   corrupt    = Corruption::None;
+    int64_t                      corrupt_at = -1;  // index in the reused prefix; < 0 counts from its end
+    std::vector<llama_token>     forced;           // decode these tokens first instead of sampling
+    bool                         forced_only = false;  // and then end as if the model ended ("force_output")
+    int32_t                      probe      = 0;   // > 0: copy up to this many prompt tokens instead of decoding
+    int64_t                      leak_bytes = 0;   // keep this much memory until exit (shows the soak can fail)
 };
 
 // What parsing a request needs to know about the open model.

@@ -73,6 +73,9 @@ json result_json(const common_chat_msg & msg, const CallReport & r, bool with_lo
     if (with_logprobs) {
         out["logprobs"] = json{{"content", r.logprobs}};
     }
+    if (!r.probe.is_null()) {
+        out["_test_probe"] = r.probe;
+    }
     return out;
 }
 

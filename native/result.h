@@ -23,6 +23,7 @@ struct CallReport {
     bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;
     json        logprobs = json::array();  // per generated token, when asked for
+    json        probe;                     // test hook "probe": per position of the copy
 };
 
 // Parse the output with the template's parser (a final parse; if the text does not

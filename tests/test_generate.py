@@ -150,7 +150,10 @@ def test_ignore_eos_runs_to_max_tokens(smol: pyshim.Model) -> None:
 @pytest.mark.parametrize("flash_attn", ["on", "off"])
 def test_flash_attn_setting_is_applied(flash_attn: str) -> None:
     with pyshim.Model(SMOL, n_ctx=512, temperature=0, flash_attn=flash_attn) as m:
-        assert m.stats()["flash_attn"] == flash_attn
+        stats = m.stats()
+        assert stats["flash_attn"] == flash_attn
+        # read back from llama.cpp's context, not echoed from our config
+        assert stats["flash_attn_in_use"] is (flash_attn == "on")
         assert m.generate(user("Say OK."), max_tokens=4)["n_decoded"] >= 1
 
 

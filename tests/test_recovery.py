@@ -72,12 +72,23 @@ def test_recovery_can_be_turned_off(smol: pyshim.Model) -> None:
 
 
 def test_real_model_fenced_call_is_recovered(qwen: pyshim.Model) -> None:
-    """qwen2.5-coder-0.5b writes this call as fenced JSON in content (FACTS.md); with recovery it is a call."""
+    """qwen2.5-coder-0.5b writes this call as JSON text in content, without its template's
+    <tool_call> tags (FACTS.md); recovery, not the template's own parser, makes it a call."""
+    ask = user("What is the weather in Paris?")
     qwen.reset()
-    r = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], max_tokens=80)
-    off = qwen.generate(user("What is the weather in Paris?"), [WEATHER_TOOL], max_tokens=80, tool_call_recovery=False)
+    off = qwen.generate(ask, [WEATHER_TOOL], max_tokens=80, tool_call_recovery=False)
+    # unrecovered, the native parser finds no call: the text is what the peers return
+    assert off["tool_calls"] == [] and off["finish_reason"] == "stop", off
+    assert "get_weather" in off["content"] and "<tool_call>" not in off["content"], off["content"]
+    qwen.reset()  # the same state, so greedy decoding writes the same text again
+    r = qwen.generate(ask, [WEATHER_TOOL], max_tokens=80)
     assert r["finish_reason"] == "tool_calls"
     assert [c["function"]["name"] for c in r["tool_calls"]] == ["get_weather"]
     assert json.loads(r["tool_calls"][0]["function"]["arguments"])["city"] == "Paris"
-    # the same text, unrecovered, is what the peers return
-    assert off["tool_calls"] == [] or off["tool_calls"][0]["function"]["name"] == "get_weather"
+
+    # and that very text, fed back through the parsing path, is a call only with recovery on
+    def calls(res: dict) -> list[tuple[str, str]]:
+        return [(c["function"]["name"], c["function"]["arguments"]) for c in res["tool_calls"]]
+
+    assert calls(canned(qwen, off["content"])) == calls(r)
+    assert canned(qwen, off["content"], tool_call_recovery=False)["tool_calls"] == []

@@ -1,14 +1,17 @@
-"""KV prefix reuse is exact on every architecture: a differential test against fresh evaluation."""
+"""KV prefix reuse is exact on every architecture: a differential test against fresh evaluation,
+with an oracle shown to catch a single wrong token on every model (tests/oracle.py)."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL
-from oracle import KL_BOUND, divergence, text
+from oracle import KL_BOUND, PROBE_BOUND, divergence, probe_divergence, text
 
 import pyshim
 from pyshim import models
@@ -22,6 +25,20 @@ CASES = [
     ("mamba", "tiny:mamba", {}, 60),
     ("hybrid", "tiny:hybrid", {}, 60),
 ]
+
+
+# Where each run's measured probe divergences go: the oracle's false-positive margin per model.
+MARGINS = Path(__file__).resolve().parent.parent / "build" / "oracle-margins.jsonl"
+
+
+def bound(name: str) -> float:
+    return PROBE_BOUND[name.split("-")[0]]
+
+
+def record(name: str, what: str, d: float) -> None:
+    MARGINS.parent.mkdir(exist_ok=True)
+    with MARGINS.open("a") as f:
+        f.write(json.dumps({"model": name, "what": what, "divergence": d}) + "\n")
 
 
 def model_path(spec: str):
@@ -92,13 +109,60 @@ def test_random_call_sequences_match_a_fresh_context(pair) -> None:
             with pytest.raises(pyshim.ShimError, match="test hook"):
                 reused.generate(conv, tools, max_tokens=4, temperature=0, _test={"fail_after_prefill": True})
             assert reused.stats()["cache"]["n_tokens"] == 0, "a failed call must leave the cache empty"
-        d, last = divergence(reused, fresh, conv, tools, max_tokens=rng.randint(1, 12))
-        assert d < KL_BOUND, f"{name}: step {step} ({op}): KL {d:.4f} (n_reused {last['n_reused']}/{last['n_prompt']})"
+        d, probed = probe_divergence(reused, fresh, conv, tools)
+        record(name, "correct reuse", d)
+        assert d < bound(name), (
+            f"{name}: step {step} ({op}): probe divergence {d:.4g} (n_reused {probed['n_reused']}/{probed['n_prompt']})"
+        )
         if op in ("append", "tool", "repeat") and step > 0:
-            reuse_ratios.append(last["n_reused"] / last["n_prompt"])
+            reuse_ratios.append(probed["n_reused"] / probed["n_prompt"])
+        # the reply that continues the conversation (it reuses the probed prompt)
+        last = reused.generate(conv, tools, max_tokens=rng.randint(1, 12), temperature=0)
     # Reuse must not be bought by falling back to full evaluation: the usual agent
     # pattern (same history plus new messages) reuses most of the prompt.
     assert min(reuse_ratios) > 0.5, f"{name}: reuse ratios {reuse_ratios}"
+
+
+# One realistic fault each, planted in the reused prefix by the `_test.corrupt` hook.
+CORRUPTIONS = {
+    "stale-mid": {"kind": "stale", "at": 40},  # another word of the prompt, in the system message
+    "stale-last": {"kind": "stale", "at": -1},  # the last reused token
+    "missing": {"kind": "missing", "at": 40},
+    "duplicate": {"kind": "duplicate", "at": 40},
+    "other": {"kind": "other"},  # the slot holds another conversation
+    "shift": {"kind": "shift", "at": 40},  # a hole: the tokens from there on sit one position late
+}
+# Position-free memories, where a shifted position changes nothing by construction: Mamba has
+# no positions, and the hybrid's (Jamba's) attention layer has no RoPE.
+POSITION_FREE = {"mamba", "hybrid"}
+
+
+@pytest.mark.parametrize("fault", list(CORRUPTIONS))
+def test_probe_catches_one_wrong_token(pair, fault: str) -> None:
+    name, reused, fresh, words = pair
+    if fault == "shift" and name in POSITION_FREE:
+        pytest.skip(f"{name}: positions do not enter the computation")
+    rng = random.Random(f"fault-{name}-{fault}")
+    first = [
+        {"role": "system", "content": "You are a terse assistant. " + text(rng, words)},
+        {"role": "user", "content": text(rng, words)},
+    ]
+    reused.reset()
+    reply = reused.generate(first, max_tokens=3, temperature=0)["message"]
+    second = [*first, reply, {"role": "user", "content": text(rng, words // 2)}]
+    if fault == "other":
+        reused.reset()
+        reused.generate([first[0], {"role": "user", "content": text(rng, words)}], max_tokens=1, temperature=0)
+    d, r = probe_divergence(reused, fresh, second, _test={"corrupt": CORRUPTIONS[fault]})
+    record(name, fault, d)
+    assert r["n_reused"] > 40
+    assert d > bound(name), f"{name}: {fault} gave probe divergence {d:.4g}; the oracle cannot see it"
+    # the same two calls, reused correctly, stay under the bound
+    reused.reset()
+    reused.generate(first, max_tokens=3, temperature=0)
+    good, r = probe_divergence(reused, fresh, second)
+    record(name, "correct reuse", good)
+    assert r["n_reused"] > 40 and good < bound(name), f"{name}: correct reuse gave {good:.4g}"
 
 
 def test_oracle_flags_a_corrupted_cache(pair) -> None:

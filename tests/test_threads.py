@@ -40,18 +40,43 @@ def test_one_handle_from_several_threads_is_serialized(smol: pyshim.Model) -> No
     assert results == [expected] * 4
 
 
+def overlapping_runs(a: pyshim.Model, b: pyshim.Model) -> tuple[dict[str, str], dict[str, list[float]]]:
+    """Run the same greedy call on a and b from two threads started together; return each
+    one's text and the times at which its deltas arrived."""
+    outs: dict[str, str] = {}
+    stamps: dict[str, list[float]] = {"a": [], "b": []}
+    start = threading.Barrier(2)
+
+    def run(name: str, m: pyshim.Model) -> None:
+        start.wait()
+        r = m.generate(
+            user("Say something about rivers."),
+            max_tokens=32,
+            temperature=0,
+            ignore_eos=True,
+            on_delta=lambda _d: stamps[name].append(time.monotonic()),
+        )
+        outs[name] = r["content"]
+
+    threads = [threading.Thread(target=run, args=(name, m)) for name, m in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outs, stamps
+
+
 def test_separate_handles_run_in_parallel() -> None:
     path = models.path(SMOL)
     with pyshim.Model(path, n_ctx=512, n_threads=1) as a, pyshim.Model(path, n_ctx=512, n_threads=1) as b:
-        outs: dict[str, str] = {}
-
-        def run(name: str, m: pyshim.Model) -> None:
-            outs[name] = m.generate(user("Say something about rivers."), max_tokens=24, temperature=0)["content"]
-
-        ta, tb = threading.Thread(target=run, args=("a", a)), threading.Thread(target=run, args=("b", b))
-        ta.start(), tb.start()
-        ta.join(), tb.join()
+        outs, stamps = overlapping_runs(a, b)
         assert outs["a"] == outs["b"] and outs["a"]
+        # Each handle streamed tokens while the other was still streaming: the two calls
+        # overlap in time. (One lock for all handles would put all of one call's deltas
+        # before the other's, as two calls on one handle do.)
+        ta, tb = stamps["a"], stamps["b"]
+        assert len(ta) > 8 and len(tb) > 8
+        assert ta[0] < tb[-1] and tb[0] < ta[-1], f"a {ta[0]:.3f}..{ta[-1]:.3f}, b {tb[0]:.3f}..{tb[-1]:.3f}"
 
 
 def test_cancel_from_another_thread_returns_promptly(smol: pyshim.Model) -> None:
