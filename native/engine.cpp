@@ -257,12 +257,12 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         guard.disarm();
     }
 
-    const common_chat_msg msg = parse_output(text, req, [this] { return new_call_id(); });
-    if (!msg.tool_calls.empty() && rep.finish_reason == "stop") {
+    const ParsedOutput out = parse_output(text, req, [this] { return new_call_id(); });
+    if (!out.msg.tool_calls.empty() && rep.finish_reason == "stop") {
         rep.finish_reason = "tool_calls";
     }
-    stream.update(msg, true);
-    return dump(result_json(msg, rep, req.top_logprobs >= 0));
+    stream.update(out.msg, true);
+    return dump(result_json(out, rep, req.top_logprobs >= 0));
 }
 
 // Make the slot's cache hold the longest prefix of the prompt it can hold exactly.

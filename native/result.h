@@ -8,6 +8,7 @@
 #include "chat.h"
 #include "json_args.h"
 #include "request.h"
+#include "tool_recovery.h"
 
 #include <functional>
 #include <string>
@@ -25,11 +26,19 @@ struct CallReport {
     json        logprobs = json::array();  // per generated token, when asked for
 };
 
+// The output read back: the assistant message, and the calls it wrote whose
+// arguments do not match their tool's schema (never among msg.tool_calls).
+struct ParsedOutput {
+    common_chat_msg          msg;
+    std::vector<InvalidCall> invalid;
+};
+
 // Parse the output with the template's parser, recover a call written as JSON if the
-// request allows it, and give each call without an id one from `new_id`.
-common_chat_msg parse_output(const std::string & text, const Request & req, const std::function<std::string()> & new_id);
+// request allows it, set aside calls that fail their schema, and give each call
+// without an id one from `new_id`.
+ParsedOutput parse_output(const std::string & text, const Request & req, const std::function<std::string()> & new_id);
 
 // The el_generate result object.
-json result_json(const common_chat_msg & msg, const CallReport & report, bool with_logprobs);
+json result_json(const ParsedOutput & out, const CallReport & report, bool with_logprobs);
 
 }  // namespace el

@@ -27,6 +27,17 @@ def _call_key(call: dict[str, Any]) -> tuple[str, str]:
     return fn["name"], args
 
 
+def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """The turn's message and calls, counting the calls the library found invalid for their
+    tool's schema (``invalid_tool_calls``) as calls, so each gets its error back as its result."""
+    calls = list(result.get("tool_calls") or [])
+    invalid = {c["id"]: c["error"] for c in result.get("invalid_tool_calls") or []}
+    if not invalid:
+        return result["message"], calls, invalid
+    calls += [{k: v for k, v in c.items() if k != "error"} for c in result["invalid_tool_calls"]]
+    return {"role": "assistant", "content": None, "tool_calls": calls}, calls, invalid
+
+
 @dataclass
 class AgentResult:
     """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result."""
@@ -106,7 +117,7 @@ class Agent:
             result = self.model.generate(messages, schemas or None, on_delta=on_delta, **options)
             turns.append(result)
             self._emit({"type": "turn", "result": result})
-            calls = result.get("tool_calls") or []
+            message, calls, invalid = _with_invalid_calls(result)
             if not nudged and self._stuck(result, calls, done):
                 # Small models often ask again for results they already have, or run on
                 # writing calls as text. Ask once, plainly, for the answer instead.
@@ -114,7 +125,7 @@ class Agent:
                 messages.append({"role": "user", "content": NUDGE})
                 self._emit({"type": "nudge", "content": NUDGE})
                 continue
-            messages.append(result["message"])
+            messages.append(message)
             if not calls:
                 return AgentResult(result.get("content"), messages, turns, "answer")
             for call in calls:
@@ -127,7 +138,10 @@ class Agent:
                         "arguments": call["function"]["arguments"],
                     }
                 )
-                output = self._call(call["function"]["name"], call["function"]["arguments"])
+                if call["id"] in invalid:  # the library checked it against the tool's schema
+                    output = f"error: {invalid[call['id']]}; call {call['function']['name']} again with valid arguments"
+                else:
+                    output = self._call(call["function"]["name"], call["function"]["arguments"])
                 self._emit(
                     {"type": "tool_result", "id": call["id"], "name": call["function"]["name"], "content": output}
                 )

@@ -34,7 +34,7 @@ def test_the_library_needs_no_llama_cpp_at_run_time() -> None:
 
 def test_version() -> None:
     v = pyshim.version()
-    assert v.startswith("1.0 (llama.cpp 0c1e570")
+    assert v.startswith("1.1 (llama.cpp 0c1e570")
 
 
 def test_c_example_runs_a_tool_call(qwen_path: Path) -> None:
