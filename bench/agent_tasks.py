@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,6 +223,11 @@ def run_single(model: pyshim.Model, case: Single) -> dict[str, Any]:
     return {"prompt": case.prompt, "solved": ok, "got": got}
 
 
+def progress(r: dict[str, Any]) -> dict[str, Any]:
+    print(f"{'ok ' if r['solved'] else 'no '} {r['prompt']}", file=sys.stderr, flush=True)
+    return r
+
+
 def markdown(name: str, multi: list[dict[str, Any]], single: list[dict[str, Any]]) -> str:
     lines = [f"## {name}", ""]
     if multi:
@@ -255,8 +261,8 @@ def main() -> None:
     sections, raw = [], {}
     for name in args.models:
         with pyshim.Model(models.path(name), n_ctx=4096) as m:
-            multi = [run_task(m, t) for t in TASKS[: args.tasks]] if "multi" in args.suite else []
-            single = [run_single(m, c) for c in SINGLE] if "single" in args.suite else []
+            multi = [progress(run_task(m, t)) for t in TASKS[: args.tasks]] if "multi" in args.suite else []
+            single = [progress(run_single(m, c)) for c in SINGLE] if "single" in args.suite else []
         raw[name] = {"multi": multi, "single": single}
         section = markdown(name, multi, single)
         print(section, flush=True)
