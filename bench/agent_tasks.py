@@ -255,12 +255,13 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--suite", nargs="+", choices=["multi", "single"], default=["multi", "single"])
     ap.add_argument("--tasks", type=int, default=len(TASKS), help="run only the first N multi-step tasks")
+    ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     sections, raw = [], {}
     for name in args.models:
-        with pyshim.Model(models.path(name), n_ctx=4096) as m:
+        with pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads) as m:
             multi = [progress(run_task(m, t)) for t in TASKS[: args.tasks]] if "multi" in args.suite else []
             single = [progress(run_single(m, c)) for c in SINGLE] if "single" in args.suite else []
         raw[name] = {"multi": multi, "single": single}

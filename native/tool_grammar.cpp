@@ -111,15 +111,19 @@ std::string forced_call_grammar(const json & tools, const std::string & only, bo
 }
 
 void add_bare_call_grammar(const json & tools, bool parallel, common_params_sampling & s) {
-    // The call, bare or inside one ```json fence; the fence, when opened, must close.
-    std::string grammar = prefix_rules(forced_call_grammar(tools, "", parallel), "bare-");
-    grammar += "bare-fenced ::= \"```\" (\"json\" | \"JSON\")? [ \\t\\r\\n]* bare-root \"```\"\n";
+    // bare-root is one call; with parallel calls, a list of them is one value too.
+    // Nothing may follow it: a small model that goes on writing call after call (the
+    // runaway seen with qwen2.5-coder-0.5b) is cut where its first JSON value ends.
+    std::string grammar = prefix_rules(forced_call_grammar(tools, "", false), "bare-");
+    grammar += parallel ? "bare-calls ::= bare-root | \"[\" bare-space bare-root (bare-space \",\" bare-space bare-root)* bare-space \"]\"\n"
+                        : "bare-calls ::= bare-root\n";
+    grammar += "bare-fenced ::= \"```\" (\"json\" | \"JSON\")? [ \\t\\r\\n]* bare-calls [ \\t\\r\\n]* \"```\"\n";
     const std::string template_grammar = common_grammar_value(s.grammar);
     if (!template_grammar.empty()) {
         grammar += prefix_rules(template_grammar, "tpl-");
-        grammar += "root ::= tpl-root | bare-root | bare-fenced\n";
+        grammar += "root ::= tpl-root | bare-calls | bare-fenced\n";
     } else {
-        grammar += "root ::= bare-root | bare-fenced\n";
+        grammar += "root ::= bare-calls | bare-fenced\n";
     }
     s.grammar      = common_grammar(COMMON_GRAMMAR_TYPE_TOOL_CALLS, grammar);
     s.grammar_lazy = true;
