@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc bench-agent rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -102,7 +102,9 @@ fuzz-long:
 
 # Benchmarks are not tests. `make bench` compares pyshim with llama.cpp's own llama-bench,
 # llama-cpp-python and llama-server, all from the pinned tree (docs/bench-peers.md);
-# `make bench-reuse` replays one agent session with prompt reuse on and off (docs/bench-reuse.md).
+# `make bench-reuse` replays one agent session with prompt reuse on and off (docs/bench-reuse.md);
+# `make bench-agent` (also part of `make bench`) runs the multi-step agent tasks and the
+# single-call set on the catalogue models (docs/bench-agent-tasks.md).
 PEERS := build-peers
 
 # llama-bench, llama-server and a shared libllama.so for llama-cpp-python to load, so that
@@ -133,7 +135,7 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 
-bench: bench-peers bench-door bench-rpc
+bench: bench-peers bench-door bench-rpc bench-agent
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 # The OpenAI door's overhead per call: the 20-turn agent session in-process and through `pyshim serve`.
@@ -143,6 +145,10 @@ bench-door: build models
 # Local-only vs split over one and two loopback rpc-servers (docs/bench-rpc.md).
 bench-rpc: build models rpc-server
 	$(PY) -m bench.rpc --out docs/bench-rpc.md
+
+# Multi-step tool tasks through pyshim.Agent on the catalogue models (docs/bench-agent-tasks.md).
+bench-agent: build models
+	$(PY) -m bench.agent_tasks --out docs/bench-agent-tasks.md
 
 bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md

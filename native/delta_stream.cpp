@@ -86,6 +86,19 @@ bool DeltaStream::update(common_chat_msg msg, bool final) {
     return cb_(dump(delta).c_str(), user_data_) == 0;
 }
 
+void DeltaStream::assign_ids(common_chat_msg & msg) {
+    for (size_t i = 0; i < msg.tool_calls.size(); i++) {
+        auto & tc = msg.tool_calls[i];
+        if (!tc.id.empty()) {
+            continue;
+        }
+        if (i >= ids_.size()) {
+            ids_.push_back(new_id_());
+        }
+        tc.id = ids_[i];
+    }
+}
+
 void DeltaStream::progress(size_t processed, size_t total) {
     if (cb_ != nullptr) {
         cb_(dump(json{{"prompt_progress", {{"processed", processed}, {"total", total}}}}).c_str(), user_data_);

@@ -42,10 +42,10 @@ class DeltaStream {
     // Returns false when the callback asked to stop.
     bool update(common_chat_msg msg, bool final);
 
-    // Give the message's tool calls the ids already announced for them, by position,
-    // and new ids to calls not seen before (llama.cpp's set_tool_call_ids): the first
-    // delta of a call and the final result carry the same id.
-    void assign_ids(common_chat_msg & msg) { msg.set_tool_call_ids(ids_, new_id_); }
+    // Give the message's tool calls that have no id the ids already announced for them,
+    // by position, and new ids to calls not seen before: the first delta of a call and
+    // the final result carry the same id. Calls that have an id keep it.
+    void assign_ids(common_chat_msg & msg);
 
     // {"prompt_progress": {"processed", "total"}}: prompt tokens evaluated so far
     // (not counting those reused from the cache). The return value is ignored:

@@ -219,14 +219,38 @@ EL_API const char *el_last_error(void);
 **   {"name": ..., "arguments": {...}} (an array of them if parallel calls are
 **   allowed), which is returned as tool_calls.
 **
+**   BARE-JSON CALLS. With tools offered, tool_choice "auto" and recovery on,
+**   a call written as bare JSON at the start of the output (the form small
+**   models fall back to) is constrained by a lazy grammar as well: once the
+**   output begins {"name": (after optional whitespace, an optional ```json
+**   fence and, with parallel_tool_calls, an optional "["), it must name an
+**   offered tool with arguments that match its schema, be one call (or one
+**   list of calls), close the fence it opened, and then the output ends. Where
+**   the template has a tool-call syntax of its own (qwen's <tool_call>), its
+**   grammar is kept as the other alternative, with its own trigger. Output
+**   that starts any other way, including a JSON object whose first key is not
+**   "name", stays free.
+**
 **   TOOL-CALL RECOVERY. Small models often write a call as JSON in the text
 **   instead of in their template's tool-call syntax. When tools were offered
 **   (tool_choice not "none") and the whole content is one such call, a list
 **   of them, or one per line, bare or in a single ```json fence, naming
 **   offered tools with an arguments object, it is returned as tool_calls with
-**   finish_reason "tool_calls". Text around the JSON, an unknown tool name or
-**   a missing arguments object leave the content as it is. Off with
-**   "tool_call_recovery": false (config or options).
+**   finish_reason "tool_calls". When the output ran out inside such a
+**   sequence, its complete leading calls are returned (finish_reason stays
+**   "length"); an exact repeat of a call is returned once. Text around the
+**   JSON, an unknown tool name or a missing arguments object leave the content
+**   as it is. Off with "tool_call_recovery": false (config or options).
+**
+**   INVALID CALLS. A call (recovered, or parsed from the template's syntax)
+**   whose arguments do not match its tool's parameter schema (type, enum,
+**   const, required, properties, additionalProperties, items, anyOf/oneOf/
+**   allOf, minimum/maximum, minItems/maxItems; other keywords are not checked)
+**   is never in tool_calls: it goes to invalid_tool_calls with the reason.
+**   When a turn holds only invalid calls, content keeps the text the model
+**   wrote, so a caller that ignores invalid_tool_calls sees an answer, not a
+**   call it cannot run; an agent should send each error back as that call's
+**   result (pyshim's Agent does).
 **
 ** Returns (owned by the caller, release with el_free) a JSON object:
 **   message            {"role": "assistant", "content", "tool_calls"?,
@@ -235,6 +259,9 @@ EL_API const char *el_last_error(void);
 **   reasoning_content  string or null
 **   tool_calls         array of {"id", "type": "function", "function":
 **                      {"name", "arguments": <JSON text>}}
+**   invalid_tool_calls array of calls whose arguments fail their tool's
+**                      schema: {"id", "type", "function", "error": why}
+**                      (see INVALID CALLS); not in message (since 1.1)
 **   finish_reason      "stop" | "length" | "tool_calls" | "cancelled"; a turn
 **                      cut off (length) while writing a call in the
 **                      template's syntax returns that call as far as it was

@@ -370,13 +370,13 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         settle.ok = true;
     }
 
-    common_chat_msg msg = parse_output(text, req);
-    stream.assign_ids(msg);  // the ids the deltas announced, new ones for calls not streamed
-    if (!msg.tool_calls.empty() && rep.finish_reason == "stop") {
+    const ParsedOutput out = parse_output(
+        text, req, [&stream](common_chat_msg & m) { stream.assign_ids(m); }, [this] { return new_call_id(); });
+    if (!out.msg.tool_calls.empty() && rep.finish_reason == "stop") {
         rep.finish_reason = "tool_calls";
     }
-    stream.update(msg, true);
-    return dump(result_json(msg, rep, req.top_logprobs >= 0));
+    stream.update(out.msg, true);
+    return dump(result_json(out, rep, req.top_logprobs >= 0));
 }
 
 // Make the slot's cache hold the longest prefix of the prompt it can hold exactly.

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "json-schema-to-grammar.h"
 #include "json_args.h"
+#include "tool_grammar.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,30 +21,6 @@
 namespace el {
 
 namespace {
-
-// The grammar that forces a tool call: {"name": N, "arguments": <N's schema>},
-// one of the offered tools (or only the named one), optionally a list of them.
-std::string forced_call_grammar(const json & tools, const std::string & only, bool parallel) {
-    json variants = json::array();
-    for (const json & t : tools) {
-        const json & fn = t["function"];
-        const std::string name = fn["name"].get<std::string>();
-        if (!only.empty() && name != only) {
-            continue;
-        }
-        json params = fn.contains("parameters") && fn["parameters"].is_object() && !fn["parameters"].empty()
-                          ? fn["parameters"]
-                          : json{{"type", "object"}};
-        variants.push_back(json{{"type", "object"},
-                                {"properties", json{{"name", json{{"const", name}}}, {"arguments", params}}},
-                                {"required", json::array({"name", "arguments"})},
-                                {"additionalProperties", false}});
-    }
-    json call = variants.size() == 1 ? variants[0] : json{{"anyOf", variants}};
-    json schema = parallel ? json{{"anyOf", json::array({call, json{{"type", "array"}, {"items", call}, {"minItems", 1}}})}}
-                           : call;
-    return json_schema_to_grammar(common_json::parse(dump(schema)));
-}
 
 void check_messages(const json & messages) {
     if (!messages.is_array()) {
@@ -352,7 +329,9 @@ std::string read_tool_choice(const json & opt, const json & tools, Request & r) 
         }
     }
     for (const json & t : tools) {
-        r.tool_names.insert(t["function"]["name"].get<std::string>());
+        const json & fn = t["function"];
+        r.tool_names.insert(fn["name"].get<std::string>());
+        r.tool_params[fn["name"].get<std::string>()] = fn.contains("parameters") ? fn["parameters"] : json::object();
     }
     if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) && tools.empty()) {
         fail("\"tool_choice\" asks for a tool call but no tools were given");
@@ -455,7 +434,9 @@ void use_template_grammar(const llama_vocab * vocab, const common_chat_params & 
     }
 }
 
-// Grammar: ours where the output must be valid by construction, else the template's.
+// Grammar: ours where the output must be valid by construction, else the template's
+// lazy one, joined (when recovery may read it) by the lazy grammar for a call written
+// as bare JSON, the form small models fall back to (tool_grammar.h).
 void choose_grammar(const llama_vocab * vocab, const json & tools, const std::string & named, bool parallel,
                     bool forced, bool tools_active, const json & schema, Request & r) {
     common_params_sampling & s = r.sampling;
@@ -464,8 +445,13 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
             s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, forced_call_grammar(tools, named, parallel));
         } else if (!schema.is_null()) {
             s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, json_schema_to_grammar(common_json::parse(dump(schema))));
-        } else if (tools_active && !r.chat.grammar.empty()) {
-            use_template_grammar(vocab, r.chat, s);
+        } else if (tools_active) {
+            if (!r.chat.grammar.empty()) {
+                use_template_grammar(vocab, r.chat, s);
+            }
+            if (r.recover && (s.grammar.empty() || s.grammar_lazy)) {
+                add_bare_call_grammar(tools, parallel, s);
+            }
         }
     } catch (const UserError &) {
         throw;

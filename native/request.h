@@ -11,6 +11,9 @@
 #include "prompt_cache.h"
 #include "sampling.h"
 
+#include "json_args.h"
+
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -45,6 +48,7 @@ struct Request {
     std::vector<std::string>     stops;          // the caller's (bounded) and the template's
     size_t                       max_stop_len = 0;
     std::set<std::string>        tool_names;
+    std::map<std::string, json>  tool_params;    // each tool's parameter schema, to check calls
     ToolChoice                   tool_choice = ToolChoice::Auto;
     bool                         recover     = true;
     int32_t                      max_tokens  = 0;

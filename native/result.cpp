@@ -19,8 +19,11 @@ json tool_calls_json(const std::vector<common_chat_tool_call> & calls) {
 
 }  // namespace
 
-common_chat_msg parse_output(const std::string & text, const Request & req) {
-    common_chat_msg msg;
+ParsedOutput parse_output(const std::string & text, const Request & req,
+                          const std::function<void(common_chat_msg &)> & assign_ids,
+                          const std::function<std::string()> & new_id) {
+    ParsedOutput out;
+    common_chat_msg & msg = out.msg;
     try {
         msg = common_chat_parse(text, false, req.parser);
     } catch (const std::exception &) {
@@ -33,14 +36,37 @@ common_chat_msg parse_output(const std::string & text, const Request & req) {
             msg.content = text;  // unparseable: return it as text rather than lose it
         }
     }
-    if (req.recover && msg.tool_calls.empty() && recover_tool_calls(msg.content, req.tool_names, msg.tool_calls)) {
+    assign_ids(msg);
+    check_tool_calls(msg.tool_calls, req.tool_params, out.invalid);
+    std::vector<common_chat_tool_call> recovered;
+    if (req.recover && msg.tool_calls.empty() && out.invalid.empty() &&
+        recover_tool_calls(msg.content, req.tool_params, recovered, out.invalid) && !recovered.empty()) {
+        // Only valid calls replace the text: when every call was invalid, a caller that
+        // ignores invalid_tool_calls still sees what the model wrote.
+        msg.tool_calls = std::move(recovered);
         msg.content.clear();
     }
-    return msg;
+    for (auto & tc : msg.tool_calls) {
+        if (tc.id.empty()) {
+            tc.id = new_id();
+        }
+    }
+    for (auto & bad : out.invalid) {
+        if (bad.id.empty()) {
+            bad.id = new_id();
+        }
+    }
+    return out;
 }
 
-json result_json(const common_chat_msg & msg, const CallReport & r, bool with_logprobs) {
+json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_logprobs) {
+    const common_chat_msg & msg = parsed.msg;
     json tool_calls = tool_calls_json(msg.tool_calls);
+    json invalid = json::array();
+    for (const auto & c : parsed.invalid) {
+        invalid.push_back(json{{"id", c.id}, {"type", "function"}, {"function", json{{"name", c.name}, {"arguments", c.arguments}}},
+                               {"error", c.error}});
+    }
     json content = msg.content.empty() && !msg.tool_calls.empty() ? json(nullptr) : json(msg.content);
     json reasoning = msg.reasoning_content.empty() ? json(nullptr) : json(msg.reasoning_content);
     json message = {{"role", "assistant"}, {"content", content}};
@@ -55,6 +81,7 @@ json result_json(const common_chat_msg & msg, const CallReport & r, bool with_lo
         {"content", content},
         {"reasoning_content", reasoning},
         {"tool_calls", tool_calls},
+        {"invalid_tool_calls", invalid},
         {"finish_reason", r.finish_reason},
         {"truncated", r.truncated},
         {"usage", {{"prompt_tokens", r.n_prompt}, {"completion_tokens", r.n_decoded}, {"total_tokens", r.n_prompt + r.n_decoded}}},

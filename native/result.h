@@ -8,6 +8,7 @@
 #include "chat.h"
 #include "json_args.h"
 #include "request.h"
+#include "tool_recovery.h"
 
 #include <string>
 
@@ -26,13 +27,24 @@ struct CallReport {
     json        probe;                     // test hook "probe": per position of the copy
 };
 
+// The output read back: the assistant message, and the calls it wrote whose
+// arguments do not match their tool's schema (never among msg.tool_calls).
+struct ParsedOutput {
+    common_chat_msg          msg;
+    std::vector<InvalidCall> invalid;
+};
+
 // Parse the output with the template's parser (a final parse; if the text does not
 // parse whole, as when a call is cut off by max_tokens, the partial parse that the
-// streamed deltas showed), and recover a call written as JSON if the request allows it.
-// Tool-call ids are left to the caller (DeltaStream::assign_ids).
-common_chat_msg parse_output(const std::string & text, const Request & req);
+// streamed deltas showed), set aside calls that fail their schema, and recover a call
+// written as JSON if the request allows it. `assign_ids` gives the parsed calls the ids
+// the stream announced (DeltaStream::assign_ids), before any is set aside; calls still
+// without an id (recovered ones) get one from `new_id`.
+ParsedOutput parse_output(const std::string & text, const Request & req,
+                          const std::function<void(common_chat_msg &)> & assign_ids,
+                          const std::function<std::string()> & new_id);
 
 // The el_generate result object.
-json result_json(const common_chat_msg & msg, const CallReport & report, bool with_logprobs);
+json result_json(const ParsedOutput & out, const CallReport & report, bool with_logprobs);
 
 }  // namespace el

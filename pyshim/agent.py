@@ -38,6 +38,17 @@ def _call_key(call: dict[str, Any]) -> tuple[str, str]:
     return fn["name"], args
 
 
+def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """The turn's message and calls, counting the calls the library found invalid for their
+    tool's schema (``invalid_tool_calls``) as calls, so each gets its error back as its result."""
+    calls = list(result.get("tool_calls") or [])
+    invalid = {c["id"]: c["error"] for c in result.get("invalid_tool_calls") or []}
+    if not invalid:
+        return result["message"], calls, invalid
+    calls += [{k: v for k, v in c.items() if k != "error"} for c in result["invalid_tool_calls"]]
+    return {"role": "assistant", "content": None, "tool_calls": calls}, calls, invalid
+
+
 @dataclass
 class AgentResult:
     """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
@@ -71,6 +82,8 @@ class _Run:
     turns: list[Result] = field(default_factory=list)
     done: set[tuple[str, str]] = field(default_factory=set)
     nudged: bool = False
+    pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, to run
+    invalid: dict[str, str] = field(default_factory=dict)  # call id -> why its arguments fail the schema
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
@@ -81,14 +94,15 @@ class _Run:
     def take(self, result: Result) -> str:
         """Record one model turn; returns what to do next: "answer", "nudge", "calls" or "context_full"."""
         self.turns.append(result)
-        calls = result.get("tool_calls") or []
+        message, calls, self.invalid = _with_invalid_calls(result)
+        self.pending = calls
         if not self.nudged and _stuck(result, calls, self.done):
             # Small models often ask again for results they already have, or run on
             # writing calls as text. Ask once, plainly, for the answer instead.
             self.nudged = True
             self.messages.append({"role": "user", "content": NUDGE})
             return "nudge"
-        self.messages.append(result["message"])
+        self.messages.append(message)
         if result.get("truncated"):
             return "context_full"
         return "calls" if calls else "answer"
@@ -222,7 +236,7 @@ class Agent:
             if isinstance(outcome, AgentResult):
                 return outcome
             for call in outcome:
-                name, runner = self.begin_tool(call)
+                name, runner = self.begin_tool(state, call)
                 if isinstance(runner, str):
                     output = runner
                 else:
@@ -258,12 +272,14 @@ class Agent:
             return state.result("context_full", "the context filled up during the model's turn")
         if step == "answer":
             return state.result("answer")
-        return list(result["tool_calls"])
+        return state.pending
 
-    def begin_tool(self, call: dict[str, Any]) -> tuple[str, Callable[[], Any] | str]:
+    def begin_tool(self, state: _Run, call: dict[str, Any]) -> tuple[str, Callable[[], Any] | str]:
         """Announce a call; returns its tool name and a ready-to-run call (or the error text the model gets)."""
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         self._emit({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
+        if call["id"] in state.invalid:  # the library checked it against the tool's schema
+            return name, f"error: {state.invalid[call['id']]}; call {name} again with valid arguments"
         return name, self._runner(name, arguments)
 
     def end_tool(self, state: _Run, call: dict[str, Any], output: str) -> None:

@@ -266,7 +266,7 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
         if isinstance(outcome, AgentResult):
             return outcome
         for call in outcome:
-            name, runner = agent.begin_tool(call)
+            name, runner = agent.begin_tool(state, call)
             if isinstance(runner, str):
                 output = runner
             else:

@@ -47,23 +47,24 @@ def calculator(expression: str) -> str:
     return str(round(value, 10) if isinstance(value, float) else value)
 
 
+# Units are whole words: under a grammar, greedy decoding picks among the allowed
+# values token by token, and with "m" and "mi" both allowed a model that means "miles"
+# writes "m" (the prefix) and closes the string. No value is a prefix of another here.
+Unit = Literal["km", "miles", "meters", "feet", "kg", "pounds", "liters", "gallons", "celsius", "fahrenheit"]
+
 _FACTORS = {
-    ("km", "mi"): 0.621371,
-    ("mi", "km"): 1.609344,
-    ("m", "ft"): 3.28084,
-    ("ft", "m"): 0.3048,
-    ("kg", "lb"): 2.20462,
-    ("lb", "kg"): 0.453592,
-    ("l", "gal"): 0.264172,
-    ("gal", "l"): 3.78541,
+    ("km", "miles"): 0.621371,
+    ("miles", "km"): 1.609344,
+    ("meters", "feet"): 3.28084,
+    ("feet", "meters"): 0.3048,
+    ("kg", "pounds"): 2.20462,
+    ("pounds", "kg"): 0.453592,
+    ("liters", "gallons"): 0.264172,
+    ("gallons", "liters"): 3.78541,
 }
 
 
-def convert_units(
-    value: float,
-    from_unit: Literal["km", "mi", "m", "ft", "kg", "lb", "l", "gal", "c", "f"],
-    to_unit: Literal["km", "mi", "m", "ft", "kg", "lb", "l", "gal", "c", "f"],
-) -> str:
+def convert_units(value: float, from_unit: Unit, to_unit: Unit) -> str:
     """Convert a quantity between units of length, mass, volume or temperature.
 
     Args:
@@ -71,9 +72,9 @@ def convert_units(
         from_unit: the unit of value.
         to_unit: the unit wanted.
     """
-    if (from_unit, to_unit) == ("c", "f"):
+    if (from_unit, to_unit) == ("celsius", "fahrenheit"):
         result = value * 9 / 5 + 32
-    elif (from_unit, to_unit) == ("f", "c"):
+    elif (from_unit, to_unit) == ("fahrenheit", "celsius"):
         result = (value - 32) * 5 / 9
     elif from_unit == to_unit:
         result = value

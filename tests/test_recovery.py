@@ -92,3 +92,66 @@ def test_real_model_fenced_call_is_recovered(qwen: pyshim.Model) -> None:
 
     assert calls(canned(qwen, off["content"])) == calls(r)
     assert canned(qwen, off["content"], tool_call_recovery=False)["tool_calls"] == []
+
+
+LONDON = '{"name": "get_weather", "arguments": {"city": "London"}}'
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        f'{CALL}\n{LONDON}\n{{"name": "get_weather", "argu',  # one call per line, the last cut off
+        f'[{CALL}, {LONDON}, {{"name": "get_w',  # a list whose closing bracket never came
+        f'```json\n{CALL}\n{LONDON}\n{{"name"',  # inside a fence that never closed
+        f"{CALL}\n{LONDON}\n{CALL}\n{LONDON}\n{CALL}",  # a runaway of exact repeats
+    ],
+)
+def test_leading_complete_calls_are_recovered_once(smol: pyshim.Model, output: str) -> None:
+    r = canned(smol, output)
+    cities = [json.loads(c["function"]["arguments"])["city"] for c in r["tool_calls"]]
+    assert cities == ["Paris", "London"], r
+    assert r["content"] is None and r["invalid_tool_calls"] == []
+
+
+UNIT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "convert",
+        "parameters": {
+            "type": "object",
+            "properties": {"value": {"type": "number"}, "to": {"enum": ["km", "mi"]}},
+            "required": ["value", "to"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [
+        ({"value": 3, "to": "miles"}, 'arguments.to must be one of ["km","mi"]'),
+        ({"value": "3", "to": "mi"}, "arguments.value must be of type number"),
+        ({"to": "mi"}, 'arguments lacks the required "value"'),
+    ],
+)
+def test_a_call_that_fails_its_schema_is_invalid_not_a_call(smol: pyshim.Model, arguments: dict, why: str) -> None:
+    output = json.dumps({"name": "convert", "arguments": arguments})
+    r = canned(smol, output, tools=(UNIT_TOOL,))
+    assert r["tool_calls"] == [] and r["finish_reason"] == "stop"
+    assert r["content"] == output  # a caller that ignores invalid_tool_calls sees the text
+    [bad] = r["invalid_tool_calls"]
+    assert bad["function"]["name"] == "convert" and json.loads(bad["function"]["arguments"]) == arguments
+    assert bad["error"].startswith(why) and bad["id"].startswith("call_")
+    # beside a valid call, the valid one is the turn's call and the bad one is reported
+    good = json.dumps({"name": "convert", "arguments": {"value": 3, "to": "mi"}})
+    r = canned(smol, f"{good}\n{output}", tools=(UNIT_TOOL,))
+    assert [json.loads(c["function"]["arguments"]) for c in r["tool_calls"]] == [{"value": 3, "to": "mi"}]
+    assert len(r["invalid_tool_calls"]) == 1 and r["content"] is None
+
+
+def test_template_syntax_calls_are_checked_too(qwen: pyshim.Model) -> None:
+    bad = '<tool_call>\n{"name": "convert", "arguments": {"value": 3, "to": "miles"}}\n</tool_call>'
+    r = canned(qwen, bad, tools=(UNIT_TOOL,))
+    assert r["tool_calls"] == [] and r["invalid_tool_calls"][0]["error"].startswith("arguments.to must be one of")
+    good = bad.replace('"miles"', '"mi"')
+    assert canned(qwen, good, tools=(UNIT_TOOL,))["tool_calls"][0]["function"]["name"] == "convert"

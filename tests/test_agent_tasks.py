@@ -1,0 +1,26 @@
+"""A few tasks of the multi-step agent benchmark (bench/agent_tasks.py) on the default model,
+so that the harness and the behaviour it measures cannot rot. The benchmark itself, with
+every task and the single-call set, is `make bench-agent` (docs/bench-agent-tasks.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+import pyshim
+from bench.agent_tasks import TASKS, run_task, states
+
+# The demo's task (a bare-JSON second call the grammar must keep valid), and two others
+# the benchmark solves on qwen2.5-coder-0.5b.
+SUBSET = [0, 1, 5]
+
+
+@pytest.mark.parametrize("index", SUBSET)
+def test_multi_step_task_is_solved(qwen: pyshim.Model, index: int) -> None:
+    r = run_task(qwen, TASKS[index])
+    assert r["solved"], r
+    assert len(r["calls"]) >= 2
+
+
+def test_the_check_reads_values_not_words() -> None:
+    assert states("It is 23.30 miles.", 23.3014) and states("about 1,024", 1024)
+    assert not states("It is 23.4 miles.", 23.3014) and not states("no numbers", 7)
