@@ -334,7 +334,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         // Cancelled (or closed) while it waited for the handle: it ends before it is
         // given a slot, so nothing on the handle changes.
         rep.finish_reason = "cancelled";
-        return dump(result_json(common_chat_msg(), rep, req.top_logprobs >= 0));
+        return dump(result_json(ParsedOutput{}, rep, req.top_logprobs >= 0));
     }
     rep.routed = true;
 
