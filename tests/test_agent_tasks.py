@@ -9,9 +9,9 @@ import pytest
 import pyshim
 from bench.agent_tasks import TASKS, run_task, states
 
-# The demo's task (a bare-JSON second call the grammar must keep valid), and two others
-# the benchmark solves on qwen2.5-coder-0.5b.
-SUBSET = [0, 1, 5]
+# The one task of the benchmark that qwen2.5-coder-0.5b solves today (docs/bench-agent-tasks.md);
+# add tasks here as the agent learns to finish them.
+SUBSET = [4]
 
 
 @pytest.mark.parametrize("index", SUBSET)
