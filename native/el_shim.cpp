@@ -6,15 +6,18 @@
 //      catch every exception, turning it into {"error": ...}; nothing below worries
 //      about the ABI;
 //   2. request.cpp validates the JSON (json_args.cpp) and renders the prompt with the
-//      model's own chat template (llama.cpp's common/chat), choosing the grammar;
+//      model's own chat template (llama.cpp's common/chat), choosing the grammar
+//      (tool_grammar.cpp: forced calls, and bare-JSON calls constrained once begun);
 //   3. slots.cpp picks the conversation slot, and prompt_cache.cpp reuses the longest
 //      prefix of the prompt that the KV cache really holds, trimming or restoring a
 //      checkpoint;
 //   4. engine.cpp evaluates the rest and samples (common/sampling), streaming deltas
-//      through delta_stream.cpp;
+//      through delta_stream.cpp; with remote devices, rpc.cpp probes the servers and
+//      turns a lost one into a dead handle;
 //   5. result.cpp parses the text back into content, reasoning and tool calls
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),
-//      and writes the result JSON.
+//      sets aside calls whose arguments fail their schema (schema_check.cpp), and
+//      writes the result JSON.
 // config.cpp parses el_open's settings and backend.cpp owns llama.cpp's process-wide
 // initialisation and log; rpc.cpp joins remote devices (llama.cpp's rpc-server) to a model.
 
