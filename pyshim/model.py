@@ -8,7 +8,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from . import models
 from ._call import DONE, Call, run_in_worker
@@ -25,7 +25,24 @@ Result = dict[str, Any]
 __all__ = ["Delta", "Model", "Result", "Stream", "default_model", "generate"]
 
 
-class Model:
+class _Closes:
+    """``with`` support and a best-effort close when collected, for objects with a ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class Model(_Closes):
     """A model kept resident between calls, so each turn reuses the cached prompt prefix.
 
     ``model`` is a catalogue name (see ``pyshim.models``) or a path to a ``.gguf``
@@ -56,16 +73,6 @@ class Model:
         handle, self._handle = getattr(self, "_handle", None), None
         if handle is not None:
             lib().el_close(handle)
-
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
     @property
     def handle(self) -> Any:
@@ -154,7 +161,7 @@ class Model:
         return astream(self, messages, tools, **options)
 
 
-class Stream:
+class Stream(_Closes):
     """Deltas of one generation, decoded on a worker thread and handed over one at a time.
 
     Leaving the iteration early (``break``), ``close()``, the end of a ``with`` block or
@@ -181,16 +188,6 @@ class Stream:
         """Stop the generation (if still running) and wait for it to return. Idempotent."""
         self._call.stop()
         self.result = self._call.result
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
 
 def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object]) -> Result:
