@@ -605,7 +605,10 @@ std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaS
             rep.finish_reason = "stop";
             break;
         }
-        if ((int32_t) rep.n_decoded >= req.max_tokens || (!req.forced.empty() && rep.n_decoded >= req.forced.size())) {
+        // "_test.force" decodes exactly its tokens and stops there as at a limit;
+        // "_test.force_output" ends as if the model ended it (top of the loop).
+        const bool forced_done = !req.forced.empty() && !req.forced_only && rep.n_decoded >= req.forced.size();
+        if ((int32_t) rep.n_decoded >= req.max_tokens || forced_done) {
             rep.finish_reason = "length";
             break;
         }
