@@ -371,7 +371,8 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     }
 
     const ParsedOutput out = parse_output(
-        text, req, [&stream](common_chat_msg & m) { stream.assign_ids(m); }, [this] { return new_call_id(); });
+        text, req, rep.finish_reason == "length", [&stream](common_chat_msg & m) { stream.assign_ids(m); },
+        [this] { return new_call_id(); });
     if (!out.msg.tool_calls.empty() && rep.finish_reason == "stop") {
         rep.finish_reason = "tool_calls";
     }

@@ -19,11 +19,12 @@ json tool_calls_json(const std::vector<common_chat_tool_call> & calls) {
 
 }  // namespace
 
-ParsedOutput parse_output(const std::string & text, const Request & req,
+ParsedOutput parse_output(const std::string & text, const Request & req, bool at_limit,
                           const std::function<void(common_chat_msg &)> & assign_ids,
                           const std::function<std::string()> & new_id) {
     ParsedOutput out;
     common_chat_msg & msg = out.msg;
+    bool cut_off = at_limit;  // its last call may be incomplete
     try {
         msg = common_chat_parse(text, false, req.parser);
     } catch (const std::exception &) {
@@ -31,13 +32,18 @@ ParsedOutput parse_output(const std::string & text, const Request & req,
             // Cut off inside a call or a reasoning block: what a stream would have shown,
             // so that the result agrees with the deltas already sent.
             msg = common_chat_parse(text, true, req.parser);
+            cut_off = true;
         } catch (const std::exception &) {
             msg = common_chat_msg();
             msg.content = text;  // unparseable: return it as text rather than lose it
         }
     }
     assign_ids(msg);
-    check_tool_calls(msg.tool_calls, req.tool_params, out.invalid);
+    if (!cut_off) {
+        // A call cut off by the limit is returned as written, as the stream showed it
+        // (finish_reason "length" says it is incomplete), not judged against its schema.
+        check_tool_calls(msg.tool_calls, req.tool_params, out.invalid);
+    }
     std::vector<common_chat_tool_call> recovered;
     if (req.recover && msg.tool_calls.empty() && out.invalid.empty() &&
         recover_tool_calls(msg.content, req.tool_params, recovered, out.invalid) && !recovered.empty()) {

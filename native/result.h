@@ -37,10 +37,13 @@ struct ParsedOutput {
 // Parse the output with the template's parser (a final parse; if the text does not
 // parse whole, as when a call is cut off by max_tokens, the partial parse that the
 // streamed deltas showed), set aside calls that fail their schema, and recover a call
-// written as JSON if the request allows it. `assign_ids` gives the parsed calls the ids
+// written as JSON if the request allows it. A turn that ended at a limit (`at_limit`:
+// max_tokens or a full context) may end inside a call: its calls are returned as
+// written, as the stream showed them, not judged against their schema. `assign_ids`
+// gives the parsed calls the ids
 // the stream announced (DeltaStream::assign_ids), before any is set aside; calls still
 // without an id (recovered ones) get one from `new_id`.
-ParsedOutput parse_output(const std::string & text, const Request & req,
+ParsedOutput parse_output(const std::string & text, const Request & req, bool at_limit,
                           const std::function<void(common_chat_msg &)> & assign_ids,
                           const std::function<std::string()> & new_id);
 
