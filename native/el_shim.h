@@ -250,7 +250,9 @@ EL_API const char *el_last_error(void);
 **   When a turn holds only invalid calls, content keeps the text the model
 **   wrote, so a caller that ignores invalid_tool_calls sees an answer, not a
 **   call it cannot run; an agent should send each error back as that call's
-**   result (pyshim's Agent does).
+**   result (pyshim's Agent does). Calls in the template's syntax of a turn cut
+**   off at a limit (finish_reason "length") are returned as written, unchecked:
+**   the last may be incomplete, and the result agrees with what was streamed.
 **
 ** Returns (owned by the caller, release with el_free) a JSON object:
 **   message            {"role": "assistant", "content", "tool_calls"?,
