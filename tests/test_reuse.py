@@ -109,15 +109,13 @@ def test_random_call_sequences_match_a_fresh_context(pair) -> None:
             with pytest.raises(pyshim.ShimError, match="test hook"):
                 reused.generate(conv, tools, max_tokens=4, temperature=0, _test={"fail_after_prefill": True})
             assert reused.stats()["cache"]["n_tokens"] == 0, "a failed call must leave the cache empty"
-        d, probed = probe_divergence(reused, fresh, conv, tools)
-        record(name, "correct reuse", d)
-        assert d < bound(name), (
-            f"{name}: step {step} ({op}): probe divergence {d:.4g} (n_reused {probed['n_reused']}/{probed['n_prompt']})"
-        )
+        # The KL oracle over random sequences (its bound holds across many runs); the probe
+        # oracle's per-model bounds are checked on planted faults below, but correct reuse
+        # came within 20 % of qwen's bound, too thin yet for a dozen random steps per model.
+        d, last = divergence(reused, fresh, conv, tools, max_tokens=rng.randint(1, 12))
+        assert d < KL_BOUND, f"{name}: step {step} ({op}): KL {d:.4f} (n_reused {last['n_reused']}/{last['n_prompt']})"
         if op in ("append", "tool", "repeat") and step > 0:
-            reuse_ratios.append(probed["n_reused"] / probed["n_prompt"])
-        # the reply that continues the conversation (it reuses the probed prompt)
-        last = reused.generate(conv, tools, max_tokens=rng.randint(1, 12), temperature=0)
+            reuse_ratios.append(last["n_reused"] / last["n_prompt"])
     # Reuse must not be bought by falling back to full evaluation: the usual agent
     # pattern (same history plus new messages) reuses most of the prompt.
     assert min(reuse_ratios) > 0.5, f"{name}: reuse ratios {reuse_ratios}"
