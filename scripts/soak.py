@@ -11,9 +11,10 @@ a while, such as the test suite) is served from those holes and leaves RSS flat,
 grows the heap's in-use bytes. A least-squares line through each series gives the growth per
 step; a steady leak shows as a slope however small each step's share, where comparing the
 first and last sample would hide it in noise. Both slopes must stay under SLOPE_LIMIT bytes
-per call (per cycle for open/close); the exit status says whether they held. ``tests/test_reliability.py`` runs the same loops at a size that fits ``make test``
-(``make soak`` runs them at full size) and shows that a steady leak a few times the limit
-(the ``_test.leak_bytes`` hook) fails the check.
+per call (per cycle for open/close); the exit status says whether they held.
+``tests/test_reliability.py`` runs the same loops at a size that fits ``make test`` (``make
+soak`` runs them at full size) and shows that a steady leak a few times the limit (the
+``_test.leak_bytes`` hook) fails the check.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def report(name: str, n: int, unit: str, series: dict[str, Series], seconds: flo
     for metric, samples in series.items():
         held = slope(samples) < SLOPE_LIMIT[unit]
         ok &= held
+        first, last = samples[0][1] / 2**20, samples[-1][1] / 2**20
         print(
-            f"{n} {name} in {seconds:.0f} s, {metric}: {samples[0][1] / 2**20:.1f} -> {samples[-1][1] / 2**20:.1f} MiB, "
+            f"{n} {name} in {seconds:.0f} s, {metric}: {first:.1f} -> {last:.1f} MiB, "
             f"fitted growth {describe(samples, unit)} (limit {SLOPE_LIMIT[unit]}; {'ok' if held else 'FAIL'})",
             flush=True,
         )
