@@ -21,6 +21,12 @@ void enable_log_to_stderr();
 // (after "auto" is decided), read back from the context rather than from our config.
 bool context_uses_flash_attn(const llama_context * ctx);
 
+// Put the context's CPU backend on ggml's reference kernels: every matrix multiply through
+// the per-row vec_dot path and flash attention one query at a time, whatever the batch
+// size (ggml otherwise switches to tiled kernels at 8 rows, and to split-KV attention for
+// single queries over long caches, each with its own reduction order).
+void use_reference_cpu_kernels(llama_context * ctx);
+
 // llama.cpp's error lines logged on this thread since the last clear (bounded).
 std::string & thread_log_errors();
 

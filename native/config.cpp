@@ -57,6 +57,32 @@ void parse_offload(const json & j, Config & c) {
     }
 }
 
+// "deterministic": logits that do not depend on how the prompt was split into batches.
+// Measured (docs/determinism.md) to need, besides ggml's reference CPU kernels (engine):
+// flash attention on (without it, attention sums over cache cells in SIMD lanes by cell
+// index, and decode takes another matrix path than prefill), full-size sliding-window
+// caches (a windowed cache reuses cells, so the order attention visits them depends on
+// the batch history), and no weight repacking. Only CPU kernels were measured: the option
+// refuses what would break the promise instead of silently not keeping it.
+void check_deterministic(const json & j, Config & c) {
+    if (!c.deterministic) {
+        return;
+    }
+    if (!c.rpc.empty() || c.n_gpu_layers != 0) {
+        fail("\"deterministic\" is only kept on the CPU: it cannot be combined with \"rpc\" or \"n_gpu_layers\"");
+    }
+    if (c.flash_attn == "off") {
+        fail("\"deterministic\" needs flash attention: without it llama.cpp's CPU attention changes its "
+             "reduction order with the batch shape (leave \"flash_attn\" at \"auto\" or \"on\")");
+    }
+    if (find(j, "swa_full") != nullptr && !c.swa_full) {
+        fail("\"deterministic\" needs \"swa_full\": true: a sliding-window cache reuses cells, and the order "
+             "attention visits them then depends on the batch history");
+    }
+    c.flash_attn = "on";
+    c.swa_full   = true;
+}
+
 }  // namespace
 
 Config parse_config(const char * config_json) {
@@ -65,7 +91,7 @@ Config parse_config(const char * config_json) {
         fail("config must be a JSON object");
     }
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
-                            "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
+                            "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "deterministic", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
                             "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
@@ -94,6 +120,8 @@ Config parse_config(const char * config_json) {
     c.tool_call_recovery = get_bool(j, "tool_call_recovery", c.tool_call_recovery);
     c.log           = get_bool(j, "log", c.log);
     parse_offload(j, c);
+    c.deterministic = get_bool(j, "deterministic", c.deterministic);
+    check_deterministic(j, c);
     if (c.n_threads == 0) {
         c.n_threads = common_cpu_get_num_math();
     }

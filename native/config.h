@@ -27,6 +27,7 @@ struct Config {
     int32_t     max_tokens    = 512;
     bool        swa_full      = false;
     std::string flash_attn    = "auto";
+    bool        deterministic = false;        // batch-shape-independent kernels (see el_shim.h)
     int32_t     n_checkpoints = 8;
     int32_t     n_seq         = 1;
     int32_t     state_cache_mib = 256;

@@ -38,7 +38,26 @@
 ** that the cache does not already hold (result field "n_reused"). Reuse is
 ** exact on dense, sliding-window, recurrent and hybrid models: where the cache
 ** cannot be trimmed to the shared prefix, a saved checkpoint is restored or the
-** prompt is evaluated afresh. It never changes what the model computes.
+** prompt is evaluated afresh. It never changes what the model computes beyond
+** floating-point rounding: llama.cpp's kernels round differently for different
+** batch shapes, so by default logits after a reused prefix may differ from a
+** fresh evaluation in the last bits, and greedy decoding may take the other
+** branch of a near-tie. With "deterministic" (see DETERMINISM) they are equal
+** bit for bit.
+**
+** DETERMINISM. With config "deterministic": true the logits at the end of any
+** prompt are bit-identical whether it was evaluated fresh in one batch or in
+** many, reused from the cache in any split, restored from a checkpoint or from
+** host memory, or evaluated in a slot beside other conversations; so greedy
+** output depends only on the messages, never on what the handle ran before.
+** It puts the CPU on ggml's reference kernels (one per-row dot product for
+** every matrix multiply, flash attention one query at a time), turns flash
+** attention on, keeps full-size sliding-window caches and does not repack
+** weights: prefill is slower and sliding-window models use more memory (see
+** docs/determinism.md for the measured cost and why each part is needed). It
+** is refused with "rpc", "n_gpu_layers", "flash_attn": "off" and "swa_full":
+** false, where it could not be kept. Handles compare equal across processes on
+** the same build and CPU; a different CPU or build may round differently.
 **
 ** SESSIONS AND ISOLATION. Cached state belongs to the session that wrote it
 ** (option "session"; calls that name none share one pool, the session ""). A
@@ -85,8 +104,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 1
-#define EL_ABI_VERSION "1.1"
+#define EL_ABI_VERSION_MINOR 2
+#define EL_ABI_VERSION "1.2"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -98,8 +117,8 @@ extern "C" {
 typedef struct el_handle el_handle;
 
 /*
-** el_version: the ABI version string, e.g. "1.1", followed by the llama.cpp
-** commit it was built from: "1.1 (llama.cpp 0c1e570)". Static storage; never
+** el_version: the ABI version string, e.g. "1.2", followed by the llama.cpp
+** commit it was built from: "1.2 (llama.cpp 0c1e570)". Static storage; never
 ** free it. Thread-safe.
 */
 EL_API const char *el_version(void);
@@ -138,6 +157,9 @@ EL_API const char *el_version(void);
 **                  (0.8, 0.95, 40, 0.05, as llama.cpp)
 **   max_tokens     default generation limit                          (512)
 **   swa_full       sliding-window models keep a full-size cache     (false)
+**   deterministic  logits independent of batch shape and cache history,
+**                  bit for bit (see DETERMINISM); implies flash_attn "on"
+**                  and swa_full true                               (false)
 **   flash_attn     "auto" | "on" | "off": flash attention, as llama.cpp's
 **                  flash_attn_type; which is faster depends on the model
 **                  and the context length                          ("auto")
@@ -358,6 +380,7 @@ EL_API int el_forget(el_handle *handle, const char *session);
 ** remote devices layers can be offloaded to, "NAME (description)"),
 ** flash_attn (the configured setting) and flash_attn_in_use (whether the
 ** context really computes attention with it, "auto" resolved; since 1.1),
+** deterministic (since 1.2),
 ** cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session). Release with
 ** el_free. {"error": ...} for an invalid handle.

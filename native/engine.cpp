@@ -102,6 +102,9 @@ void Engine::open(const char * config_json) {
 void Engine::load_model() {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = cfg_.n_gpu_layers;
+    // Repacked weights are multiplied by kernels that handle a batch's rows in groups, with
+    // the remainder on another path: a token's logits would depend on where its batch began.
+    mp.use_extra_bufts = !cfg_.deterministic;
     if (!cfg_.rpc.empty()) {
         rpc_.connect(cfg_.rpc, cfg_.rpc_timeout_ms);
         mp.devices = rpc_.devices();
@@ -152,6 +155,12 @@ void Engine::create_context() {
         const std::string & why = thread_log_errors();
         fail("llama.cpp could not create a context (n_ctx " + std::to_string(cfg_.n_ctx) + "; out of memory?)" +
              (why.empty() ? "" : ": " + why));
+    }
+    if (cfg_.deterministic) {
+        use_reference_cpu_kernels(ctx_);
+        if (!context_uses_flash_attn(ctx_) && !llama_model_is_recurrent(model_)) {
+            fail("\"deterministic\" needs flash attention, which llama.cpp cannot use for this model");
+        }
     }
     n_ctx_ = (int32_t) llama_n_ctx_seq(ctx_);
     batch_ = llama_batch_init(cfg_.n_batch, 0, 1);
@@ -667,6 +676,7 @@ json Engine::stats() const {
         {"swa_full", cfg_.swa_full},
         {"flash_attn", cfg_.flash_attn},
         {"flash_attn_in_use", context_uses_flash_attn(ctx_)},
+        {"deterministic", cfg_.deterministic},
         {"recurrent", llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)},
         {"n_gpu_layers", cfg_.n_gpu_layers},
         {"rpc", rpc_.endpoints()},

@@ -1,0 +1,129 @@
+"""Same messages, same logits: with "deterministic" a handle's output does not depend on what it
+ran before. Random call sequences (the reuse test's operations, three conversations on two slots
+so that conversations are evicted to host memory and restored, a failed call, a streamed call
+whose prompt is evaluated in chunks) on a handle with an odd n_batch, each call compared with a
+fresh handle evaluating the same messages in one go: every generated token and its top log
+probabilities must be equal bit for bit. The same sequence without the option finds differences,
+so the comparison can fail."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, user
+from oracle import text
+from test_reuse import model_path, tool_exchange
+
+import pyshim
+
+# (name, model, words per filler message): long enough that prompts pass gemma's 512-token window.
+CASES = [
+    ("qwen", QWEN, 25),
+    ("smollm2", SMOL, 40),
+    ("gemma", GEMMA, 110),
+    ("mamba", "tiny:mamba", 40),
+    ("hybrid", "tiny:hybrid", 40),
+]
+OPS = ["append", "tool", "append", "edit", "stream", "append", "drop", "fail", "append", "tool"]
+
+
+def tokens(result: dict[str, Any]) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """Each generated token with its log probability and its top alternatives, as computed."""
+    return [
+        (t["id"], t["logprob"], [(a["id"], a["logprob"]) for a in t["top_logprobs"]])
+        for t in result["logprobs"]["content"]
+    ]
+
+
+def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """0.0 when both calls computed the same tokens with the same log probabilities; the largest
+    |difference| otherwise (infinity when they chose different tokens or alternatives)."""
+    ta, tb = tokens(a), tokens(b)
+    if [t[0] for t in ta] != [t[0] for t in tb]:
+        return float("inf")
+    worst = 0.0
+    for (_, la, alts_a), (_, lb, alts_b) in zip(ta, tb, strict=True):
+        if [i for i, _ in alts_a] != [i for i, _ in alts_b]:
+            return float("inf")
+        worst = max(worst, abs(la - lb), *(abs(x - y) for (_, x), (_, y) in zip(alts_a, alts_b, strict=True)))
+    return worst
+
+
+GREEDY = {"temperature": 0, "logprobs": True, "top_logprobs": 5}
+
+
+def call(m: pyshim.Model, conv: list[dict[str, Any]], max_tokens: int, **options: Any) -> dict[str, Any]:
+    return m.generate(conv, [WEATHER_TOOL], max_tokens=max_tokens, **GREEDY, **options)
+
+
+def run_sequence(spec: str, words: int, deterministic: bool, seed: str) -> list[tuple[int, str, float, int]]:
+    """(step, op, largest difference against a fresh handle, tokens reused) for each call."""
+    path = model_path(spec)
+    rng = random.Random(seed)
+    config = {"n_ctx": 2048, "temperature": 0, "deterministic": deterministic}
+    with (
+        pyshim.Model(path, n_seq=2, n_batch=61, **config) as handle,
+        pyshim.Model(path, **config) as fresh,
+    ):
+        convs = [
+            [{"role": "system", "content": f"Conversation {i}. " + text(rng, words)}, *user(text(rng, words))]
+            for i in range(3)
+        ]
+        out: list[tuple[int, str, float, int]] = []
+        for step, op in enumerate(OPS):
+            i = rng.randrange(3)  # three conversations on two slots: evictions and host restores
+            conv = convs[i]
+            if op == "tool":
+                conv = [*conv, *tool_exchange(rng, step)]
+            elif op == "edit":
+                conv = [dict(m) for m in conv]
+                conv[1]["content"] = text(rng, words)
+            elif op == "drop" and len(conv) > 3:
+                conv = conv[:-2]
+            elif op == "fail":
+                with pytest.raises(pyshim.ShimError, match="test hook"):
+                    handle.generate(conv, max_tokens=2, _test={"fail_after_prefill": True})
+            n = rng.randint(2, 8)
+            if op == "stream":  # a streamed prompt is evaluated in n_batch chunks as it goes
+                with handle.stream(conv, [WEATHER_TOOL], max_tokens=n, **GREEDY) as s:
+                    for _ in s:
+                        pass
+                r = s.result
+            else:
+                r = call(handle, conv, n)
+            f = call(fresh, conv, n, cache_prompt=False)
+            assert r is not None and f["n_reused"] == 0
+            out.append((step, op, largest_difference(f, r), r["n_reused"]))
+            convs[i] = [*conv, r["message"], *user(text(rng, words // 2))]
+        return out
+
+
+@pytest.mark.parametrize(("name", "spec", "words"), CASES, ids=[c[0] for c in CASES])
+def test_deterministic_calls_equal_a_fresh_handle_bit_for_bit(name: str, spec: str, words: int) -> None:
+    steps = run_sequence(spec, words, deterministic=True, seed=f"determinism-{name}")
+    differing = [s for s in steps if s[2] != 0.0]
+    assert not differing, f"{name}: (step, op, max |Δlogprob|, n_reused) that differ: {differing}"
+    assert sum(s[3] for s in steps) > 0, "the sequence must reuse cached prefixes to prove anything"
+
+
+def test_without_the_option_the_same_sequence_differs() -> None:
+    """The comparison can fail: default kernels round differently for other batch shapes."""
+    steps = run_sequence(SMOL, 40, deterministic=False, seed="determinism-smollm2")
+    assert any(s[2] != 0.0 for s in steps), steps
+
+
+def test_deterministic_settles_what_it_needs_and_refuses_what_breaks_it() -> None:
+    path = model_path(GEMMA)
+    with pyshim.Model(path, n_ctx=512, deterministic=True) as m:
+        stats = m.stats()
+        assert (stats["deterministic"], stats["flash_attn_in_use"], stats["swa_full"]) == (True, True, True)
+    for bad, why in [
+        ({"flash_attn": "off"}, "needs flash attention"),
+        ({"swa_full": False}, 'needs "swa_full": true'),
+        ({"n_gpu_layers": 1}, "only kept on the CPU"),
+        ({"rpc": ["127.0.0.1:1"]}, "only kept on the CPU"),
+    ]:
+        with pytest.raises(pyshim.ModelLoadError, match=why):
+            pyshim.Model(path, n_ctx=512, deterministic=True, **bad)
