@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc bench-agent rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -138,8 +138,12 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 
-bench: bench-peers bench-door bench-rpc bench-agent
+bench: bench-peers bench-door bench-rpc bench-agent bench-determinism
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
+
+# What the `deterministic` option costs: prefill and decode off vs on (docs/bench-determinism.md).
+bench-determinism: build models
+	$(PY) -m bench.determinism --out docs/bench-determinism.md
 
 # The OpenAI door's overhead per call: the 20-turn agent session in-process and through `pyshim serve`.
 bench-door: build models

@@ -33,6 +33,15 @@ def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+def model_path(spec: str) -> Path:
+    """A catalogue model by name, or "tiny:<kind>" for a generated one (tests/tiny_models.py)."""
+    if spec.startswith("tiny:"):
+        from tiny_models import tiny_model
+
+        return tiny_model(spec.removeprefix("tiny:"))
+    return models.path(spec)
+
+
 @pytest.fixture(scope="session")
 def qwen() -> Iterator[pyshim.Model]:
     with pyshim.Model(QWEN, n_ctx=4096, temperature=0) as m:

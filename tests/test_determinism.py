@@ -12,9 +12,8 @@ import random
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, user
-from oracle import text
-from test_reuse import model_path, tool_exchange
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path, user
+from oracle import GREEDY, largest_difference, text, tool_exchange
 
 import pyshim
 
@@ -27,31 +26,6 @@ CASES = [
     ("hybrid", "tiny:hybrid", 40),
 ]
 OPS = ["append", "tool", "append", "edit", "stream", "append", "drop", "fail", "append", "tool"]
-
-
-def tokens(result: dict[str, Any]) -> list[tuple[int, float, list[tuple[int, float]]]]:
-    """Each generated token with its log probability and its top alternatives, as computed."""
-    return [
-        (t["id"], t["logprob"], [(a["id"], a["logprob"]) for a in t["top_logprobs"]])
-        for t in result["logprobs"]["content"]
-    ]
-
-
-def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """0.0 when both calls computed the same tokens with the same log probabilities; the largest
-    |difference| otherwise (infinity when they chose different tokens or alternatives)."""
-    ta, tb = tokens(a), tokens(b)
-    if [t[0] for t in ta] != [t[0] for t in tb]:
-        return float("inf")
-    worst = 0.0
-    for (_, la, alts_a), (_, lb, alts_b) in zip(ta, tb, strict=True):
-        if [i for i, _ in alts_a] != [i for i, _ in alts_b]:
-            return float("inf")
-        worst = max(worst, abs(la - lb), *(abs(x - y) for (_, x), (_, y) in zip(alts_a, alts_b, strict=True)))
-    return worst
-
-
-GREEDY = {"temperature": 0, "logprobs": True, "top_logprobs": 5}
 
 
 def call(m: pyshim.Model, conv: list[dict[str, Any]], max_tokens: int, **options: Any) -> dict[str, Any]:

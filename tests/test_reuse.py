@@ -3,15 +3,14 @@ with an oracle shown to catch a single wrong token on every model (tests/oracle.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL
-from oracle import KL_BOUND, PROBE_BOUND, divergence, probe_divergence, text
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path
+from oracle import GREEDY, KL_BOUND, divergence, largest_difference, text, tool_exchange
+from test_determinism import CASES as EXACT_CASES
 
 import pyshim
 from pyshim import models
@@ -27,28 +26,6 @@ CASES = [
 ]
 
 
-# Where each run's measured probe divergences go: the oracle's false-positive margin per model.
-MARGINS = Path(__file__).resolve().parent.parent / "build" / "oracle-margins.jsonl"
-
-
-def bound(name: str) -> float:
-    return PROBE_BOUND[name.split("-")[0]]
-
-
-def record(name: str, what: str, d: float) -> None:
-    MARGINS.parent.mkdir(exist_ok=True)
-    with MARGINS.open("a") as f:
-        f.write(json.dumps({"model": name, "what": what, "divergence": d}) + "\n")
-
-
-def model_path(spec: str):
-    if spec.startswith("tiny:"):
-        from tiny_models import tiny_model
-
-        return tiny_model(spec.removeprefix("tiny:"))
-    return models.path(spec)
-
-
 @pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[str, pyshim.Model, pyshim.Model, int]]:
     name, spec, extra, words = request.param
@@ -58,24 +35,6 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[str, pyshim.Model, py
         pyshim.Model(path, n_ctx=4096, temperature=0, **extra) as fresh,
     ):
         yield name, reused, fresh, words
-
-
-def tool_exchange(rng: random.Random, i: int) -> list[dict[str, Any]]:
-    call_id = f"call_{i}"
-    return [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": call_id, "name": "get_weather", "content": text(rng, 25)},
-    ]
 
 
 def test_random_call_sequences_match_a_fresh_context(pair) -> None:
@@ -135,36 +94,47 @@ CORRUPTIONS = {
 POSITION_FREE = {"mamba", "hybrid"}
 
 
+@pytest.fixture(scope="module", params=EXACT_CASES, ids=[c[0] for c in EXACT_CASES])
+def exact_pair(request: pytest.FixtureRequest) -> Iterator[tuple[str, pyshim.Model, pyshim.Model, int]]:
+    """A reusing and a fresh handle with "deterministic": correct reuse equals fresh bit for bit."""
+    name, spec, words = request.param
+    path = model_path(spec)
+    config = {"n_ctx": 4096, "temperature": 0, "deterministic": True}
+    with pyshim.Model(path, **config) as reused, pyshim.Model(path, **config) as fresh:
+        yield name, reused, fresh, words
+
+
 @pytest.mark.parametrize("fault", list(CORRUPTIONS))
-def test_probe_catches_one_wrong_token(pair, fault: str, request: pytest.FixtureRequest) -> None:
-    name, reused, fresh, words = pair
+def test_exact_oracle_catches_one_wrong_token(exact_pair, fault: str) -> None:
+    """The exact oracle (tests/test_determinism.py): with deterministic kernels correct reuse
+    leaves every log probability of the next tokens bit-identical to a fresh evaluation, so
+    any difference is a fault, and each single-token corruption must make one."""
+    name, reused, fresh, words = exact_pair
     if fault == "shift" and name in POSITION_FREE:
         pytest.skip(f"{name}: positions do not enter the computation")
-    if fault == "shift":
-        # Measured: a one-position hole moves the probe by 0.43 (qwen) to 0.56 (smollm2), under
-        # the noise of correct reuse; kept as a strict xfail so that a sharper oracle shows here.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="a one-position hole is under the noise"))
     rng = random.Random(f"fault-{name}-{fault}")
     first = [
         {"role": "system", "content": "You are a terse assistant. " + text(rng, words)},
         {"role": "user", "content": text(rng, words)},
     ]
-    reused.reset()
-    reply = reused.generate(first, max_tokens=3, temperature=0)["message"]
-    second = [*first, reply, {"role": "user", "content": text(rng, words // 2)}]
-    if fault == "other":
+    second_user = {"role": "user", "content": text(rng, words // 2)}
+    other = [first[0], {"role": "user", "content": text(rng, words)}]
+
+    def reuse(corrupt: dict[str, Any] | None) -> dict[str, Any]:
         reused.reset()
-        reused.generate([first[0], {"role": "user", "content": text(rng, words)}], max_tokens=1, temperature=0)
-    d, r = probe_divergence(reused, fresh, second, _test={"corrupt": CORRUPTIONS[fault]})
-    record(name, fault, d)
-    assert r["n_reused"] > 40
-    assert d > bound(name), f"{name}: {fault} gave probe divergence {d:.4g}; the oracle cannot see it"
-    # the same two calls, reused correctly, stay under the bound
-    reused.reset()
-    reused.generate(first, max_tokens=3, temperature=0)
-    good, r = probe_divergence(reused, fresh, second)
-    record(name, "correct reuse", good)
-    assert r["n_reused"] > 40 and good < bound(name), f"{name}: correct reuse gave {good:.4g}"
+        reply = reused.generate(first, max_tokens=3, temperature=0)["message"]
+        if corrupt is not None and corrupt["kind"] == "other":
+            reused.reset()
+            reused.generate(other, max_tokens=1, temperature=0)
+        second = [*first, reply, second_user]
+        test = {"corrupt": corrupt} if corrupt is not None else {}
+        r = reused.generate(second, max_tokens=3, **GREEDY, _test=test)
+        f = fresh.generate(second, max_tokens=3, **GREEDY, cache_prompt=False)
+        assert r["n_reused"] > 40, r["n_reused"]
+        return {"difference": largest_difference(f, r)}
+
+    assert reuse(CORRUPTIONS[fault])["difference"] > 0, f"{name}: {fault} left every log probability unchanged"
+    assert reuse(None)["difference"] == 0, f"{name}: correct reuse differs from a fresh evaluation"
 
 
 def test_oracle_flags_a_corrupted_cache(pair) -> None:

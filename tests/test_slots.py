@@ -6,9 +6,8 @@ import random
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, user
+from conftest import GEMMA, QWEN, SMOL, model_path, user
 from oracle import KL_BOUND, divergence, text
-from test_reuse import model_path
 
 import pyshim
 from pyshim import models
