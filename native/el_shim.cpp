@@ -6,8 +6,9 @@
 //      catch every exception, turning it into {"error": ...}; nothing below worries
 //      about the ABI;
 //   2. request.cpp validates the JSON (json_args.cpp) and renders the prompt with the
-//      model's own chat template (llama.cpp's common/chat), choosing the grammar
-//      (tool_grammar.cpp: forced calls, and bare-JSON calls constrained once begun);
+//      model's own chat template (llama.cpp's common/chat), tokenizes only what is new
+//      in it (token_cache.cpp) and chooses the grammar (tool_grammar.cpp: forced calls,
+//      and bare-JSON calls constrained once begun);
 //   3. slots.cpp picks the conversation slot, and prompt_cache.cpp reuses the longest
 //      prefix of the prompt that the KV cache really holds, trimming or restoring a
 //      checkpoint;

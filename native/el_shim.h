@@ -296,10 +296,18 @@ EL_API const char *el_last_error(void);
 **   n_prompt, n_reused, n_decoded
 **                      prompt tokens; of those, taken from the cache; tokens
 **                      generated
-**   ms_prepare, ms_template
+**   ms_prepare, ms_template, ms_tokenize, ms_sampler
 **                      time to turn the request into tokens, grammar and
 **                      sampler (parsing, the chat template, tokenizing); of
-**                      that, rendering the chat template
+**                      that, rendering the chat template, tokenizing the
+**                      prompt, and building the sampler and its grammar
+**                      (ms_tokenize and ms_sampler since 1.2)
+**   n_tokenize_reused  prompt tokens taken from an earlier prompt's
+**                      tokenization instead of tokenized again: a prompt is
+**                      tokenized only from the last special token (e.g. the
+**                      start of a message) before its first changed byte.
+**                      The tokens are always those of a full tokenization
+**                      (since 1.2)
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate

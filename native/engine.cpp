@@ -126,7 +126,8 @@ void Engine::load_model() {
                                                     : "lost the connection to the RPC server " + rpc_.lost();
         fail("llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
     }
-    vocab_ = llama_model_get_vocab(model_);
+    vocab_  = llama_model_get_vocab(model_);
+    tokens_ = std::make_unique<TokenCache>(vocab_);
 }
 
 void Engine::create_context() {
@@ -314,8 +315,8 @@ json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top
 std::string Engine::run(const char * messages_json, const char * tools_json, const char * options_json,
                         el_stream_cb callback, void * user_data) {
     const auto t_prepare = steady::now();
-    Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints()},
-                                      messages_json, tools_json, options_json);
+    Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints(), *tokens_},
+                                messages_json, tools_json, options_json);
     simulate_device_loss_ = req.device_lost;
 #ifdef EL_TEST_HOOKS
     if (req.leak_bytes > 0) {
@@ -331,18 +332,23 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         deadline_ns = (steady::now() + std::chrono::microseconds((int64_t) (req.timeout_ms * 1000))).time_since_epoch().count();
     }
     RpcCallGuard watch(rpc_, [this] { return should_stop(); });
+    const auto         t_sampler = steady::now();
     common_sampler_ptr sampler(common_sampler_init(model_, req.sampling));
     if (!sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");
     }
     CallReport rep;
+    rep.ms_sampler  = ms_since(t_sampler);
     rep.ms_prepare  = ms_since(t_prepare);
     rep.ms_template = req.ms_template;
+    rep.ms_tokenize = req.tokenizing.ms_tokenize;
+    rep.n_tokenize_reused = req.tokenizing.n_reused;
     rep.n_prompt    = req.prompt.size();
-    if (should_stop()) {
+    if (should_stop() || req.prepare_only) {
         // Cancelled (or closed) while it waited for the handle: it ends before it is
-        // given a slot, so nothing on the handle changes.
-        rep.finish_reason = "cancelled";
+        // given a slot, so nothing on the handle changes. The prepare_only test hook ends
+        // here too, to check the request path without evaluating anything.
+        rep.finish_reason = req.prepare_only ? "prepare_only" : "cancelled";
         return dump(result_json(ParsedOutput{}, rep, req.top_logprobs >= 0));
     }
     rep.routed = true;

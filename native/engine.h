@@ -14,6 +14,7 @@
 #include "llama.h"
 #include "rpc.h"
 #include "slots.h"
+#include "token_cache.h"
 
 #include <atomic>
 #include <cstdint>
@@ -93,6 +94,7 @@ class Engine {
     llama_context *           ctx_   = nullptr;
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
+    std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
     std::unique_ptr<Slots>    slots_;
     PromptCache *             cache_ = nullptr;  // the slot serving the current call
     int32_t                   n_ctx_ = 0;        // tokens per slot

@@ -199,7 +199,8 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
             fail("\"_test\" must be an object");
         }
         reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost",
-                                 "sampler_chain", "corrupt", "force", "leak_bytes", "probe"},
+                                 "sampler_chain", "corrupt", "force", "leak_bytes", "probe", "check_tokens",
+                                 "tokens_ignore_edits", "prepare_only"},
                             "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
@@ -223,6 +224,9 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         read_forced_tokens(*t, vocab, r);
         r.leak_bytes = get_int(*t, "leak_bytes", 0, 0, 1 << 20);
         r.probe      = (int32_t) get_int(*t, "probe", 0, 0, INT32_MAX);
+        r.check_tokens        = get_bool(*t, "check_tokens", false);
+        r.tokens_ignore_edits = get_bool(*t, "tokens_ignore_edits", false);
+        r.prepare_only        = get_bool(*t, "prepare_only", false);
 #else
         (void) t;
         (void) vocab;
@@ -482,28 +486,35 @@ void set_greedy(const llama_vocab * vocab, Request & r) {
     r.greedy_bias.assign(bias.begin(), bias.end());
 }
 
-std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::string & text) {
-    std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
-    const llama_token bos = llama_vocab_bos(vocab);
-    if (toks.size() >= 2 && toks[0] == bos && toks[1] == bos) {
-        toks.erase(toks.begin());  // the template wrote a BOS and the tokenizer added one
+// The tokens of a rendered text, from the handle's token cache (only what is new in it is
+// tokenized); with the check_tokens test hook, compared with a tokenization from scratch.
+std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text, Request & r) {
+    std::vector<llama_token> toks = m.tokens.tokenize(r.session, text, &r.tokenizing, r.tokens_ignore_edits);
+    if (r.check_tokens) {
+        const std::vector<llama_token> full = tokenize_prompt(m.vocab, text);
+        if (toks != full) {
+            fail("test hook check_tokens: the cached tokenization differs from a full one at token " +
+                 std::to_string(common_prefix(toks, full)) + " of " + std::to_string(full.size()));
+        }
     }
     return toks;
 }
 
 // How many leading tokens of `prompt` render every message but the last: the
 // template applied to the history alone, tokenized, matched against the prompt.
-size_t history_length(const ModelView & m, common_chat_templates_inputs in, const std::vector<llama_token> & prompt) {
+size_t history_length(const ModelView & m, common_chat_templates_inputs in, Request & r) {
     in.messages.pop_back();
     in.add_generation_prompt  = false;
     in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
     std::vector<llama_token> history;
     try {
-        history = tokenize_prompt(m.vocab, common_chat_templates_apply(m.templates, in).prompt);
+        history = tokens_of(m, common_chat_templates_apply(m.templates, in).prompt, r);
+    } catch (const UserError &) {
+        throw;
     } catch (const std::exception &) {
         return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
     }
-    return common_prefix(history, prompt);
+    return common_prefix(history, r.prompt);
 }
 
 }  // namespace
@@ -529,12 +540,12 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     // Forced calls are written as JSON by construction; recovery is how they are read.
     r.recover = forced || (r.recover && tools_active);
 
-    r.prompt = tokenize_prompt(m.vocab, r.chat.prompt);
+    r.prompt = tokens_of(m, r.chat.prompt, r);
     if (r.prompt.empty()) {
         fail("the rendered prompt is empty");
     }
     if (m.wants_checkpoints && in.messages.size() > 1) {
-        r.last_message_start = history_length(m, in, r.prompt);
+        r.last_message_start = history_length(m, in, r);
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {
         fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +

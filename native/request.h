@@ -10,6 +10,7 @@
 #include "config.h"
 #include "prompt_cache.h"
 #include "sampling.h"
+#include "token_cache.h"
 
 #include "json_args.h"
 
@@ -60,6 +61,7 @@ struct Request {
     std::string                  session;                 // pin the conversation to a slot
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     double                       ms_template = 0;         // rendering the chat template
+    TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent
     // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
     bool                         fail_after_prefill = false;
@@ -73,6 +75,9 @@ struct Request {
     bool                         forced_only = false;  // and then end as if the model ended ("force_output")
     int32_t                      probe      = 0;   // > 0: copy up to this many prompt tokens instead of decoding
     int64_t                      leak_bytes = 0;   // keep this much memory until exit (shows the soak can fail)
+    bool                         check_tokens = false;       // also tokenize from scratch; fail if they differ
+    bool                         prepare_only = false;       // return after preparing, before a slot is picked
+    bool                         tokens_ignore_edits = false;  // a token cache that ignores edits (must be caught)
 };
 
 // What parsing a request needs to know about the open model.
@@ -82,6 +87,7 @@ struct ModelView {
     const common_chat_templates * templates;
     int32_t                       n_ctx;              // tokens per slot
     bool                          wants_checkpoints;  // place the last-message checkpoint
+    TokenCache &                  tokens;             // the handle's recent prompts and their tokens
 };
 
 Request parse_request(const ModelView & model, const char * messages_json, const char * tools_json,

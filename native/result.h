@@ -20,6 +20,8 @@ struct CallReport {
     bool        truncated = false;
     size_t      n_prompt = 0, n_reused = 0, n_decoded = 0;
     double      ms_prepare = 0, ms_template = 0, ms_reset = 0, ms_prefill = 0, ms_decode = 0;
+    double      ms_tokenize = 0, ms_sampler = 0;
+    size_t      n_tokenize_reused = 0;
     size_t      slot = 0;
     bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;

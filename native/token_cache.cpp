@@ -1,0 +1,123 @@
+// token_cache.cpp -- incremental prompt tokenization; see token_cache.h for the invariant.
+
+#include "token_cache.h"
+
+#include "common.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace el {
+
+namespace {
+
+// What llama.cpp's tokenizer cuts the text at before it tokenizes (llama-vocab.cpp,
+// cache_special_tokens): with parse_special, every one of these is matched in the text.
+constexpr int kSpecial = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_USER_DEFINED | LLAMA_TOKEN_ATTR_UNKNOWN;
+
+}  // namespace
+
+std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::string & text) {
+    std::vector<llama_token> toks = common_tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/true);
+    const llama_token bos = llama_vocab_bos(vocab);
+    if (toks.size() >= 2 && toks[0] == bos && toks[1] == bos) {
+        toks.erase(toks.begin());  // the template wrote a BOS and the tokenizer added one
+    }
+    return toks;
+}
+
+TokenCache::TokenCache(const llama_vocab * vocab) : vocab_(vocab) {
+    const int32_t n = llama_vocab_n_tokens(vocab);
+    for (llama_token id = 0; id < n; id++) {
+        if (llama_vocab_get_attr(vocab, id) & kSpecial) {
+            max_special_len_ = std::max(max_special_len_, std::string(llama_vocab_get_text(vocab, id)).size());
+        }
+    }
+    // An EOS appended by the tokenizer would sit in the middle of a reused prefix.
+    enabled_ = !llama_vocab_get_add_eos(vocab);
+}
+
+void TokenCache::find_cuts(Entry & e, size_t from_byte, size_t from_token) const {
+    const llama_token bos = llama_vocab_bos(vocab_);
+    size_t            off = from_byte;
+    for (size_t i = from_token; i < e.tokens.size(); i++) {
+        const llama_token t     = e.tokens[i];
+        const std::string piece = common_token_to_piece(vocab_, t, /*special=*/true);
+        if (i == 0 && t == bos && e.text.compare(0, piece.size(), piece) != 0) {
+            continue;  // a BOS the tokenizer added: it spells nothing in the text
+        }
+        if (piece.empty() || e.text.compare(off, piece.size(), piece) != 0) {
+            return;  // the tokens no longer spell the text byte for byte: no cuts from here
+        }
+        off += piece.size();
+        const int attr = llama_vocab_get_attr(vocab_, t);
+        if ((attr & kSpecial) && !(attr & LLAMA_TOKEN_ATTR_RSTRIP)) {
+            e.cuts.emplace_back(off, i + 1);
+        }
+    }
+}
+
+std::vector<llama_token> TokenCache::tokenize(const std::string & session, const std::string & text, Stats * stats,
+                                              bool ignore_edits) {
+    const auto t0   = std::chrono::steady_clock::now();
+    auto       best = recent_.end();
+    size_t     same = 0;  // bytes `text` shares with the best entry
+    for (auto it = recent_.begin(); it != recent_.end() && enabled_; ++it) {
+        if (it->session != session) {
+            continue;
+        }
+        const size_t n = std::min(it->text.size(), text.size());
+        if (ignore_edits) {  // the fault the differential test must catch: the last prompt, unchecked
+            best = it;
+            same = n;
+            break;
+        }
+        const size_t d = (size_t) (std::mismatch(text.begin(), text.begin() + n, it->text.begin()).first - text.begin());
+        if (best == recent_.end() || d > same) {
+            best = it;
+            same = d;
+        }
+    }
+    Entry  e{session, text, {}, {}};
+    size_t reused = 0;
+    if (best != recent_.end() && same == text.size() && same == best->text.size() && !ignore_edits) {
+        e.tokens = best->tokens;  // the very same prompt
+        e.cuts   = best->cuts;
+        reused   = e.tokens.size();
+    } else {
+        // The last cut that every tokenizer decision before it reads from the shared bytes.
+        const size_t limit = same >= max_special_len_ ? same - max_special_len_ : 0;
+        size_t       k     = 0;
+        if (best != recent_.end()) {
+            auto past = std::upper_bound(best->cuts.begin(), best->cuts.end(), std::make_pair(limit, SIZE_MAX));
+            k         = (size_t) (past - best->cuts.begin());
+        }
+        if (k > 0) {
+            const auto [cut_byte, cut_tokens] = best->cuts[k - 1];
+            e.tokens.assign(best->tokens.begin(), best->tokens.begin() + (ptrdiff_t) cut_tokens);
+            const auto rest = common_tokenize(vocab_, text.substr(cut_byte), /*add_special=*/false, /*parse_special=*/true);
+            e.tokens.insert(e.tokens.end(), rest.begin(), rest.end());
+            e.cuts.assign(best->cuts.begin(), best->cuts.begin() + (ptrdiff_t) k);
+            find_cuts(e, cut_byte, cut_tokens);
+            reused = cut_tokens;
+        } else {
+            e.tokens = tokenize_prompt(vocab_, text);
+            find_cuts(e, 0, 0);
+        }
+    }
+    if (best != recent_.end() && same == best->text.size()) {
+        recent_.erase(best);  // this prompt extends it: keep the longer one only
+    }
+    std::vector<llama_token> out = e.tokens;
+    recent_.push_front(std::move(e));
+    if (recent_.size() > kKeep) {
+        recent_.pop_back();
+    }
+    if (stats != nullptr) {
+        stats->n_reused += reused;
+        stats->ms_tokenize += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return out;
+}
+
+}  // namespace el
