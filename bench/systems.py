@@ -108,7 +108,11 @@ class Pyshim:
             r["n_decoded"],
             r["n_prompt"] - r["n_reused"],
             model_s=(r["ms_reset"] + r["ms_prefill"] + r["ms_decode"]) / 1000,
-            detail={k.replace("ms_", "") + "_ms": r[k] for k in ("ms_prepare", "ms_template") if k in r},
+            detail={
+                k.replace("ms_", "") + "_ms": r[k]
+                for k in ("ms_prepare", "ms_template", "ms_tokenize", "ms_sampler")
+                if k in r
+            },
         )
 
     def clear_cache(self) -> None:

@@ -27,15 +27,19 @@ def test_peer_benchmark_harness_smoke() -> None:
     """Every pyshim workload of bench.peers, tiny, then the report and its floor arithmetic.
     The peers themselves (llama-bench, llama-server, llama-cpp-python) are built by `make
     bench`, not by `make test`."""
-    results = []
+    results = {}
     for workload in WORKLOADS:
         r = run_workload("pyshim", models.path(SMOL), workload, reps=1, quick=True)
         r["model"] = "smol"
-        results.append(r)
-    single, over, agent, inter2, inter4 = results
+        results[workload] = r
+    single, agent = results["single"], results["agent"]
+    inter2, inter4 = results["interleaved-2"], results["interleaved-4"]
     assert single["n_prompt"] > 50 and single["prefill_tps"] > 0 and single["decode_tps"] > 0
-    assert 0 < over["overhead_ms"] < over["wall_ms"]
-    assert 0 < over["template_ms"] <= over["prepare_ms"] < over["overhead_ms"]
+    for size in ("1k", "4k", "16k"):
+        over = results[f"overhead-{size}"]
+        assert 0 < over["overhead_ms"] < over["wall_ms"]
+        assert 0 < over["template_ms"] <= over["prepare_ms"] < over["overhead_ms"]
+        assert 0 <= over["tokenize_ms"] <= over["prepare_ms"] and 0 <= over["sampler_ms"] <= over["prepare_ms"]
     assert len(agent["turns"]) == 3 and agent["turns"][2]["n_evaluated"] < agent["turns"][2]["n_prompt"]
     assert [(t["conversation"], t["turn"]) for t in inter2["turns"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
     assert len(inter4["turns"]) == 8 and all(t["n_gen"] >= 1 for t in inter4["turns"])
@@ -58,10 +62,22 @@ def test_peer_benchmark_harness_smoke() -> None:
             "systems": ["pyshim"],
             "reps": 1,
             "ceiling": {"smol": ceil},
-            "results": results,
+            "results": list(results.values()),
         }
     )
     assert "| smol | pyshim |" in text and "model-time floor" in text and "outside the model" in text
+    assert "| smol | ~16k | pyshim |" in text
+
+
+def test_determinism_benchmark_smoke() -> None:
+    """bench.determinism end to end, tiny: both modes measured and the report's ratio written."""
+    from bench.determinism import markdown, measure
+
+    r = measure(SMOL, reps=1)
+    assert all(
+        len(r[mode][what]) == 1 and r[mode][what][0] > 0 for mode in ("off", "on") for what in ("prefill", "decode")
+    )
+    assert "| smollm2-135m-instruct |" in markdown({SMOL: r}, 1, "0.0")
 
 
 def test_door_benchmark_smoke() -> None:
