@@ -163,3 +163,16 @@ def tool_exchange(rng: random.Random, i: int) -> list[dict[str, Any]]:
         },
         {"role": "tool", "tool_call_id": call_id, "name": "get_weather", "content": text(rng, 25)},
     ]
+
+
+def change(rng: random.Random, conv: list[dict[str, Any]], op: str, step: int, words: int) -> list[dict[str, Any]]:
+    """The random sequences' edits of a conversation: "tool" appends a tool exchange, "edit"
+    rewrites the first user message, "drop" removes the last exchange; other ops leave it."""
+    if op == "tool":
+        return [*conv, *tool_exchange(rng, step)]
+    if op == "edit":
+        conv = [dict(m) for m in conv]
+        conv[1]["content"] = text(rng, words)
+    elif op == "drop" and len(conv) > 3:
+        return conv[:-2]
+    return conv

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path, user
-from oracle import GREEDY, largest_difference, text, tool_exchange
+from oracle import GREEDY, change, largest_difference, text
 
 import pyshim
 
@@ -48,15 +48,8 @@ def run_sequence(spec: str, words: int, deterministic: bool, seed: str) -> list[
         out: list[tuple[int, str, float, int]] = []
         for step, op in enumerate(OPS):
             i = rng.randrange(3)  # three conversations on two slots: evictions and host restores
-            conv = convs[i]
-            if op == "tool":
-                conv = [*conv, *tool_exchange(rng, step)]
-            elif op == "edit":
-                conv = [dict(m) for m in conv]
-                conv[1]["content"] = text(rng, words)
-            elif op == "drop" and len(conv) > 3:
-                conv = conv[:-2]
-            elif op == "fail":
+            conv = change(rng, convs[i], op, step, words)
+            if op == "fail":
                 with pytest.raises(pyshim.ShimError, match="test hook"):
                     handle.generate(conv, max_tokens=2, _test={"fail_after_prefill": True})
             n = rng.randint(2, 8)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path
-from oracle import GREEDY, KL_BOUND, divergence, largest_difference, text, tool_exchange
+from oracle import GREEDY, KL_BOUND, change, divergence, largest_difference, text
 from test_determinism import CASES as EXACT_CASES
 
 import pyshim
@@ -53,15 +53,9 @@ def test_random_call_sequences_match_a_fresh_context(pair) -> None:
     reuse_ratios: list[float] = []
     last: dict[str, Any] | None = None
     for step, op in enumerate(ops):
+        conv = change(rng, conv, op, step, words)
         if op == "append" and last is not None:
             conv = [*conv, last["message"], {"role": "user", "content": text(rng, words // 2)}]
-        elif op == "tool":
-            conv = [*conv, *tool_exchange(rng, step)]
-        elif op == "edit":
-            conv = [dict(m) for m in conv]
-            conv[1]["content"] = text(rng, words)
-        elif op == "drop" and len(conv) > 3:
-            conv = conv[:-2]
         elif op == "switch":
             conv = conversation()
         elif op == "fail":
