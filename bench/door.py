@@ -30,6 +30,8 @@ import openai
 
 import pyshim
 from bench.agent_session import TOOLS, conversation
+from bench.systems import PEERS, LlamaServer
+from pyshim import models
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"n_ctx": 8192, "temperature": 0}
@@ -78,13 +80,21 @@ def _direct(model: pyshim.Model, prompt: list[Any], options: dict[str, Any]) -> 
     return wall, first[0] if first else float("nan"), outside
 
 
+def _model_ms_of(raw: Any) -> float:
+    """The model time a server reports: pyshim's header, or llama-server's own timings."""
+    if "x-pyshim-model-ms" in raw.headers:
+        return float(raw.headers["x-pyshim-model-ms"])
+    timings = raw.http_response.json()["timings"]
+    return float(timings["prompt_ms"] + timings["predicted_ms"])
+
+
 def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str, Any]) -> tuple[float, float, float]:
     args: dict[str, Any] = {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"]}
     extra = {"ignore_eos": True}
     t0 = time.perf_counter()
     raw = client.chat.completions.with_raw_response.create(extra_body=extra, **args)
     wall = time.perf_counter() - t0
-    outside = wall * 1e3 - float(raw.headers["x-pyshim-model-ms"])
+    outside = wall * 1e3 - _model_ms_of(raw)
     first: list[float] = []
     t0 = time.perf_counter()
     for chunk in client.chat.completions.create(stream=True, extra_body=extra, **args):
@@ -94,22 +104,43 @@ def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str
     return wall, first[0] if first else float("nan"), outside
 
 
+@contextmanager
+def llama_server(model: str) -> Iterator[str | None]:
+    """llama-server from build-peers/ (``make peers``) on the same model and settings, or None."""
+    if not (PEERS / "llama-server").exists():
+        yield None
+        return
+    peer = LlamaServer(models.path(model), n_ctx=int(CONFIG["n_ctx"]))
+    try:
+        yield f"http://127.0.0.1:{peer.port}"
+    finally:
+        peer.close()
+
+
 def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
-    """Per turn, in milliseconds, in-process and through the door: wall and TTFT, and the wall time
-    spent outside the library (wall minus the library's own timings), which machine load barely moves."""
+    """Per turn, in milliseconds, in-process, through the door and (where built) through llama-server's
+    own HTTP: wall and TTFT, and the wall time spent outside the engine (wall minus the model time each
+    reports), which machine load barely moves. The three take the same prompts turn by turn."""
     options = {"max_tokens": max_tokens, "ignore_eos": True}
     rows = []
-    with pyshim.Model(model, **CONFIG) as direct, server(model) as url:
+    with pyshim.Model(model, **CONFIG) as direct, server(model) as url, llama_server(model) as peer_url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        peer = openai.OpenAI(base_url=f"{peer_url}/v1", api_key="none", max_retries=0) if peer_url else None
         for i, prompt in enumerate(conversation(turns)):
             d_wall, d_ttft, d_out = _direct(direct, prompt, options)
             h_wall, h_ttft, h_out = _door(client, model, prompt, options)
-            rows.append(
+            row = (
                 {"turn": i + 1, "direct_wall": d_wall * 1e3, "door_wall": h_wall * 1e3}
                 | {"direct_ttft": d_ttft * 1e3, "door_ttft": h_ttft * 1e3}
                 | {"direct_outside": d_out, "door_outside": h_out}
             )
+            if peer is not None:
+                s_wall, s_ttft, s_out = _door(peer, model, prompt, options)
+                row |= {"server_wall": s_wall * 1e3, "server_ttft": s_ttft * 1e3, "server_outside": s_out}
+            rows.append(row)
         client.close()
+        if peer is not None:
+            peer.close()
     return rows
 
 
@@ -132,6 +163,8 @@ def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
             "overhead_q3": q3,
             "ratio": statistics.median(door) / max(statistics.median(direct), 1e-9),
         }
+        if all(f"server_{what}" in r for r in rows):
+            out[what]["server_ms"] = statistics.median(r[f"server_{what}"] for r in rows)
     return out
 
 
@@ -141,10 +174,14 @@ def markdown(model: str, turns: int, max_tokens: int, s: dict[str, dict[str, flo
         "",
         f"`python -m bench.door --model {model} --turns {turns} --max-tokens {max_tokens}` on "
         f"{platform.machine()}, {os.cpu_count()} CPUs: the {turns}-turn agent session of `bench.agent_session`, "
-        f"{max_tokens} tokens per turn, in-process (`Model`) and through `pyshim serve` with the openai client.",
+        f"{max_tokens} tokens per turn, in-process (`Model`), through `pyshim serve` and through llama-server's "
+        "own HTTP (same pinned tree, `make peers`), the last two with the openai client, turn by turn on the same "
+        "prompts. Outside = wall minus the model time each reports (pyshim's timings; llama-server's "
+        "`timings.prompt_ms + predicted_ms`).",
         "",
-        "| per call | in-process (median) | door (median) | door − in-process: median [IQR] | ratio |",
-        "|---|---|---|---|---|",
+        "| per call | in-process (median) | door (median) | door − in-process: median [IQR] | ratio "
+        "| llama-server HTTP (median) |",
+        "|---|---|---|---|---|---|",
     ]
     labels = (
         ("outside", "wall outside the library, plain call"),
@@ -155,7 +192,8 @@ def markdown(model: str, turns: int, max_tokens: int, s: dict[str, dict[str, flo
         r = s[what]
         lines.append(
             f"| {label} | {r['direct_ms']:.1f} ms | {r['door_ms']:.1f} ms | "
-            f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {r['ratio']:.3f} |"
+            f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {r['ratio']:.3f} | "
+            + (f"{r['server_ms']:.1f} ms |" if "server_ms" in r else "not built |")
         )
     return "\n".join(lines) + "\n"
 
