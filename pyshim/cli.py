@@ -179,6 +179,12 @@ def add_serve_parser(sub: Any) -> None:
     for flag, kind, text in OPEN_FLAGS:
         ps.add_argument(flag, type=kind, help=text)
     ps.add_argument("--swa-full", action="store_true", default=None, help="full-size cache on sliding-window models")
+    ps.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="logits independent of batch shape and cache history (slower prefill; docs/determinism.md)",
+    )
     ps.add_argument("--chat-template-file", help="a Jinja chat template overriding the model's own")
     ps.add_argument(
         "--no-tool-call-recovery",
@@ -198,7 +204,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"pyshim serve needs the server extra: pip install 'pyshim[server]' ({e})", file=sys.stderr)
         return 2
     config = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f, _, _ in OPEN_FLAGS}
-    config.update(swa_full=args.swa_full, tool_call_recovery=args.tool_call_recovery, log=args.log)
+    config.update(swa_full=args.swa_full, deterministic=args.deterministic)
+    config.update(tool_call_recovery=args.tool_call_recovery, log=args.log)
     if args.chat_template_file:
         with open(args.chat_template_file, encoding="utf-8") as f:
             config["chat_template"] = f.read()
