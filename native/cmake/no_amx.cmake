@@ -6,10 +6,10 @@
 # (seen here on 2026-11-30; upstream llama.cpp issue 20824, closed as stale without a fix).
 # Without it the same CPUs run ggml's AVX-512 kernels.
 #
-# Used two ways: native/CMakeLists.txt includes it after adding the tree, and the Makefile
-# passes it as CMAKE_PROJECT_INCLUDE to the trees it configures from vendor/ directly
-# (llama-server and llama-bench for the benchmarks, rpc-server), so that every build of the
-# tree this project makes runs the same kernels.
+# Used two ways, the same way: native/CMakeLists.txt includes it, and the Makefile passes it
+# as CMAKE_PROJECT_INCLUDE to the trees it configures from vendor/ directly (llama-server and
+# llama-bench for the benchmarks, rpc-server), so that every build of the tree this project
+# makes runs the same kernels.
 include_guard(GLOBAL)
 include(CheckCXXCompilerFlag)
 
@@ -24,8 +24,7 @@ function(el_disable_amx)
   endif()
 endfunction()
 
-# As CMAKE_PROJECT_INCLUDE this file runs inside the tree's first project() call, before
-# ggml-cpu exists: run the function once the top-level directory has been processed.
-if(NOT EL_NO_AMX_INCLUDED_BY_SHIM)
-  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL el_disable_amx)
-endif()
+# Either way this file is read before ggml-cpu exists (inside the tree's first project()
+# call, or from native/ before it adds the tree): run the function once the top-level
+# directory has been processed.
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL el_disable_amx)
