@@ -114,7 +114,9 @@ def test_exact_oracle_catches_one_wrong_token(exact_pair, fault: str) -> None:
     second_user = {"role": "user", "content": text(rng, words // 2)}
     other = [first[0], {"role": "user", "content": text(rng, words)}]
 
-    def reuse(corrupt: dict[str, Any] | None) -> dict[str, Any]:
+    def reuse(corrupt: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The second turn on the reusing handle, after the first (and, for "other", another
+        conversation); returns that turn's messages and result."""
         reused.reset()
         reply = reused.generate(first, max_tokens=3, temperature=0)["message"]
         if corrupt is not None and corrupt["kind"] == "other":
@@ -123,12 +125,15 @@ def test_exact_oracle_catches_one_wrong_token(exact_pair, fault: str) -> None:
         second = [*first, reply, second_user]
         test = {"corrupt": corrupt} if corrupt is not None else {}
         r = reused.generate(second, max_tokens=3, **GREEDY, _test=test)
-        f = fresh.generate(second, max_tokens=3, **GREEDY, cache_prompt=False)
         assert r["n_reused"] > 40, r["n_reused"]
-        return {"difference": largest_difference(f, r)}
+        return second, r
 
-    assert reuse(CORRUPTIONS[fault])["difference"] > 0, f"{name}: {fault} left every log probability unchanged"
-    assert reuse(None)["difference"] == 0, f"{name}: correct reuse differs from a fresh evaluation"
+    second, good = reuse(None)
+    f = fresh.generate(second, max_tokens=3, **GREEDY, cache_prompt=False)  # one fresh evaluation serves both
+    assert largest_difference(f, good) == 0, f"{name}: correct reuse differs from a fresh evaluation"
+    corrupted_second, bad = reuse(CORRUPTIONS[fault])
+    assert corrupted_second == second  # the same reply: greedy and deterministic from a reset handle
+    assert largest_difference(f, bad) > 0, f"{name}: {fault} left every log probability unchanged"
 
 
 def test_oracle_flags_a_corrupted_cache(pair) -> None:
