@@ -177,9 +177,9 @@ def states(text: str, value: float) -> bool:
     return any(abs(n - value) <= max(0.006, 1e-4 * abs(value)) for n in numbers_in(text))
 
 
-def run_task(model: pyshim.Model, task: Task, max_steps: int = 6) -> dict[str, Any]:
+def run_task(model: pyshim.Model, task: Task, max_steps: int = 6, plan: bool = False) -> dict[str, Any]:
     model.reset()  # the same batches on every run, whatever ran before (FACTS.md)
-    agent = Agent(model, TOOLS, system=SYSTEM, max_steps=max_steps, temperature=0, max_tokens=160)
+    agent = Agent(model, TOOLS, system=SYSTEM, max_steps=max_steps, plan=plan, temperature=0, max_tokens=160)
     r = agent.run(task.prompt)
     calls = [f"{c['function']['name']}({c['function']['arguments']})" for c in r.tool_calls]
     missing = [v for v in task.expect if not states(r.content or "", v)]
@@ -228,17 +228,33 @@ def progress(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def markdown(name: str, multi: list[dict[str, Any]], single: list[dict[str, Any]]) -> str:
+def markdown(name: str, multi: dict[str, list[dict[str, Any]]], single: list[dict[str, Any]]) -> str:
     lines = [f"## {name}", ""]
+    for mode, runs in multi.items():
+        lines += multi_table(mode, runs)
+    lines += single_table(single)
+    return "\n".join(lines)
+
+
+MODE_TITLE = {"loop": "Agent(...), the plain loop", "plan": "Agent(..., plan=True)"}
+
+
+def multi_table(mode: str, multi: list[dict[str, Any]]) -> list[str]:
+    lines = []
     if multi:
         n = sum(r["solved"] for r in multi)
-        lines += [f"Multi-step: **{n}/{len(multi)} solved ({100 * n / len(multi):.0f} %)**.", ""]
+        lines += [f"Multi-step, {MODE_TITLE[mode]}: **{n}/{len(multi)} solved ({100 * n / len(multi):.0f} %)**.", ""]
         lines += ["| # | solved | calls | answer |", "|---|---|---|---|"]
         for i, r in enumerate(multi, 1):
             answer = (r["answer"] or f"({r['stopped']})").replace("\n", " ").replace("|", "/")[:120]
             mark = "yes" if r["solved"] else f"no (missing {', '.join(map(str, r['missing'])) or r['stopped']})"
             lines.append(f"| {i} | {mark} | {'; '.join(r['calls']).replace('|', '/')} | {answer} |")
         lines.append("")
+    return lines
+
+
+def single_table(single: list[dict[str, Any]]) -> list[str]:
+    lines = []
     if single:
         n = sum(r["solved"] for r in single)
         lines += [f"Single-call: **{n}/{len(single)} right ({100 * n / len(single):.0f} %)**.", ""]
@@ -247,13 +263,16 @@ def markdown(name: str, multi: list[dict[str, Any]], single: list[dict[str, Any]
             got = "; ".join(r["got"]).replace("|", "/").replace("\n", " ")[:100]
             lines.append(f"| {r['prompt']} | {'yes' if r['solved'] else 'no'} | {got} |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--suite", nargs="+", choices=["multi", "single"], default=["multi", "single"])
+    ap.add_argument(
+        "--modes", nargs="+", choices=["loop", "plan"], default=["loop", "plan"], help="Agent loops to run the tasks"
+    )
     ap.add_argument("--tasks", type=int, default=len(TASKS), help="run only the first N multi-step tasks")
     ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
@@ -262,7 +281,11 @@ def main() -> None:
     sections, raw = [], {}
     for name in args.models:
         with pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads) as m:
-            multi = [progress(run_task(m, t)) for t in TASKS[: args.tasks]] if "multi" in args.suite else []
+            multi = {
+                mode: [progress(run_task(m, t, plan=mode == "plan")) for t in TASKS[: args.tasks]]
+                for mode in args.modes
+                if "multi" in args.suite
+            }
             single = [progress(run_single(m, c)) for c in SINGLE] if "single" in args.suite else []
         raw[name] = {"multi": multi, "single": single}
         section = markdown(name, multi, single)
@@ -275,7 +298,9 @@ def main() -> None:
             "# Agent tasks: multi-step tool tasks and single calls on small models\n\n"
             f"Produced by `python -m bench.agent_tasks --out {args.out}` on {platform.machine()}, "
             f"{os.cpu_count()} cores, {pyshim.version()}; greedy, max_tokens 160 per turn, "
-            "`pyshim.Agent` with max_steps 6 and the demo's system prompt. A multi-step task is solved when "
+            "`pyshim.Agent` with max_steps 6 and the benchmark's system prompt, as the plain loop and with "
+            "`plan=True` (the model lists the steps, takes one per turn, answers from the results). "
+            "A multi-step task is solved when "
             "the agent answers and the answer states every expected value; a single call is right when it "
             "names the right tool with the right arguments, or answers in text where no tool fits.\n\n"
         )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import planner
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .model import Model, Result
 from .tools import Tool, ToolArgumentError, as_tools
@@ -26,6 +27,20 @@ Event = dict[str, Any]
 Runner = Callable[[dict[str, Any]], Any]
 
 NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
+# Options that shape tool calls; the planning and answer turns have no tools.
+_TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "response_format", "tool_call_recovery")
+
+
+def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]]) -> str:
+    """The request for the answer: the question again and every result, so a small model
+    that lost the thread of a long transcript can still state them all."""
+    if not results:
+        return NUDGE
+    asked = f"My question was: {question}\n" if question else ""
+    return (
+        f"{asked}The tools returned:\n{planner.facts(results)}\n"
+        "Now answer my question in plain text, stating every result. Do not call any more tools."
+    )
 
 
 def _call_key(call: dict[str, Any]) -> tuple[str, str]:
@@ -75,6 +90,16 @@ class AgentResult:
 
 
 @dataclass
+class _Turn:
+    """One model turn to run: the conversation it sees, its tools and options."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    options: dict[str, Any]
+    stream: bool = True  # whether its text reaches on_event as "text" events
+
+
+@dataclass
 class _Run:
     """One run's transcript and bookkeeping; each method is one decision of the loop."""
 
@@ -84,12 +109,57 @@ class _Run:
     nudged: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, to run
     invalid: dict[str, str] = field(default_factory=dict)  # call id -> why its arguments fail the schema
+    question: str = ""  # the last user message the run began with
+    results: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (call, output), in order
+    tool_turns: int = 0  # model turns that could call tools, counted against max_steps
+    # Plan mode: "plan" (ask for the steps), "act" (one step per turn), "answer" (from the facts).
+    phase: str = "loop"
+    steps: list[str | None] = field(default_factory=list)  # None: the whole question, tools optional
+    step_turns: int = 0  # turns spent on the current step
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
         if self.nudged:
             options["tool_choice"] = "none"
+        elif self.phase == "act" and self.steps[0] is not None:
+            options["tool_choice"] = "required"  # a planned step is a call; the answer comes later
         return options
+
+    def begin_steps(self, steps: list[str]) -> None:
+        """Act on the plan: one step per turn, or, for a one-step plan, the question as asked."""
+        self.phase = "act"
+        self.steps = list(steps) if len(steps) > 1 else [None]
+        if self.steps[0] is not None:
+            self.messages.append(planner.step_message(self.steps[0]))
+
+    def act(self, result: Result) -> str:
+        """Record a turn of the plan's current step: "calls", "answer", "next" or "context_full"."""
+        self.turns.append(result)
+        message, calls, self.invalid = _with_invalid_calls(result)
+        fresh = [c for c in calls if _call_key(c) not in self.done]
+        self.pending = fresh
+        self.step_turns += 1
+        if fresh or not calls:
+            self.messages.append(message if len(fresh) == len(calls) else {**message, "tool_calls": fresh})
+        if result.get("truncated"):
+            return "context_full"
+        if not calls and not self.results:
+            return "answer"  # nothing to look up: the model's text is the answer
+        if fresh:
+            return "calls"
+        return "next"
+
+    def next_step(self, max_steps: int) -> None:
+        """After a step's calls ran (or it made none): stay, take the next step, or go answer."""
+        whole = self.steps[0] is None
+        if whole and self.pending and self.step_turns < 2 and self.tool_turns < max_steps:
+            return  # the unsplit question may need a second round of calls
+        self.steps.pop(0)
+        self.step_turns = 0
+        if not self.steps or self.tool_turns >= max_steps:
+            self.phase = "answer"
+        else:
+            self.messages.append(planner.step_message(self.steps[0]))  # type: ignore[arg-type]
 
     def take(self, result: Result) -> str:
         """Record one model turn; returns what to do next: "answer", "nudge", "calls" or "context_full"."""
@@ -100,7 +170,7 @@ class _Run:
             # Small models often ask again for results they already have, or run on
             # writing calls as text. Ask once, plainly, for the answer instead.
             self.nudged = True
-            self.messages.append({"role": "user", "content": NUDGE})
+            self.messages.append({"role": "user", "content": nudge_text(self.question, self.results)})
             return "nudge"
         self.messages.append(message)
         if result.get("truncated"):
@@ -109,6 +179,7 @@ class _Run:
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
         self.done.add(_call_key(call))
+        self.results.append((call, output))
         message = {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
         self.messages.append(message)
         return message
@@ -169,7 +240,17 @@ class Agent:
 
     When the model only repeats calls it already made, or runs on writing calls as
     text until its token limit (common with small local models), the loop asks it
-    once, as a user message, for the answer with tools switched off (``"nudge"`` event).
+    once, as a user message, for the answer with tools switched off (``"nudge"`` event),
+    restating the question and every result.
+
+    ``plan=True`` is for small models (about 1B parameters and under) on requests with
+    several parts: the model first lists the steps in a planning chat of its own
+    (``{"type": "plan", "steps"}`` event), then takes one step per turn with a tool call
+    required, then writes the answer from the question and the results alone
+    (``pyshim.planner``). ``max_steps`` then bounds the step turns; the planning and
+    answer turns come on top. It costs one planning call and, on one slot, a prefill of
+    the conversation after it. Each turn is kept in ``AgentResult.turns``; ``messages``
+    holds the acting transcript, then the answer's question and reply.
     """
 
     def __init__(
@@ -181,6 +262,7 @@ class Agent:
         system: str | None = None,
         handlers: Mapping[str, Callable[..., Any]] | None = None,
         on_event: Callable[[Event], object] | None = None,
+        plan: bool = False,
         **options: Any,
     ) -> None:
         self.model = model
@@ -191,7 +273,9 @@ class Agent:
         self.max_steps = max_steps
         self.system = system
         self.on_event = on_event
+        self.plan = plan
         self.options = options
+        self.schemas = [t.schema for t in self.tools.values()] or None
 
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -219,17 +303,25 @@ class Agent:
                     "Agent(system=...) was given and the messages start with a different system message; "
                     "pass only one of them"
                 )
-        return _Run(messages)
+        asked = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        state = _Run(messages, question=asked[-1] if asked else "")
+        if self.plan and self.schemas and state.question:
+            state.phase = "plan"
+        return state
 
     def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
         """Run the loop. Ends with an answer, after ``max_steps`` turns, or when the context is full;
         any other error raises ``AgentError`` whose ``result`` keeps the transcript and the tools that ran."""
         state = self.begin(prompt)
-        schemas = [t.schema for t in self.tools.values()] or None
         on_delta = self._on_delta()
-        for _ in range(self.max_steps):
+        while True:
+            turn = self.next_turn(state)
+            if isinstance(turn, AgentResult):
+                return turn
             try:
-                result = self.model.generate(state.messages, schemas, on_delta=on_delta, **state.options(self.options))
+                result = self.model.generate(
+                    turn.messages, turn.tools, on_delta=on_delta if turn.stream else None, **turn.options
+                )
             except ShimError as e:
                 return self.stopped(state, e)
             outcome = self.after_turn(state, result)
@@ -245,7 +337,7 @@ class Agent:
                     except Exception as e:  # the model gets to see and fix it
                         output = tool_error(name, e)
                 self.end_tool(state, call, output)
-        return state.result("max_steps")
+            self.end_round(state)
 
     async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
         """``run`` as a coroutine: tools may be coroutine functions; cancelling the task cancels the turn."""
@@ -261,18 +353,61 @@ class Agent:
             return state.result("context_full", str(error))
         raise AgentError(f"the agent run stopped: {error}", state.result("error", str(error))) from error
 
+    def next_turn(self, state: _Run) -> _Turn | AgentResult:
+        """What the model is asked next, or the run's result when no turn is left."""
+        if state.phase == "plan":
+            options = self._plain_options(max_tokens=planner.PLAN_TOKENS)
+            return _Turn(planner.plan_messages(state.question), None, options, stream=False)
+        if state.phase == "answer":
+            return _Turn(planner.answer_messages(state.question, state.results), None, self._plain_options())
+        if state.tool_turns >= self.max_steps:
+            return state.result("max_steps")
+        state.tool_turns += 1
+        return _Turn(state.messages, self.schemas, state.options(self.options))
+
+    def _plain_options(self, **extra: Any) -> dict[str, Any]:
+        options = {k: v for k, v in self.options.items() if k not in _TOOL_OPTIONS}
+        return {**options, **extra}
+
     def after_turn(self, state: _Run, result: Result) -> AgentResult | list[dict[str, Any]]:
         """Record one model turn: the run's result if it ends here, else the tool calls to run next."""
         self._emit({"type": "turn", "result": result})
+        if state.phase != "loop":
+            return self._after_plan_turn(state, result)
         step = state.take(result)
         if step == "nudge":
-            self._emit({"type": "nudge", "content": NUDGE})
+            self._emit({"type": "nudge", "content": state.messages[-1]["content"]})
             return []
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")
         if step == "answer":
             return state.result("answer")
         return state.pending
+
+    def _after_plan_turn(self, state: _Run, result: Result) -> AgentResult | list[dict[str, Any]]:
+        if state.phase == "plan":
+            steps = planner.parse_steps(result.get("content"), self.max_steps)
+            state.turns.append(result)
+            self._emit({"type": "plan", "steps": steps})
+            state.begin_steps(steps)
+            return []
+        if state.phase == "answer":
+            state.turns.append(result)
+            state.messages += [planner.answer_messages(state.question, state.results)[-1], result["message"]]
+            return state.result("answer")
+        step = state.act(result)
+        if step == "context_full":
+            return state.result("context_full", "the context filled up during the model's turn")
+        if step == "answer":
+            return state.result("answer")
+        if step == "next":
+            state.next_step(self.max_steps)
+        return state.pending
+
+    def end_round(self, state: _Run) -> None:
+        """After a turn's calls ran: in plan mode, move on to the next step when this one is done."""
+        if state.phase == "act" and state.pending:
+            state.next_step(self.max_steps)
 
     def begin_tool(self, state: _Run, call: dict[str, Any]) -> tuple[str, Callable[[], Any] | str]:
         """Announce a call; returns its tool name and a ready-to-run call (or the error text the model gets)."""

@@ -247,7 +247,6 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
     from .agent import AgentResult, tool_error, tool_output
 
     state = agent.begin(prompt)
-    schemas = [t.schema for t in agent.tools.values()] or None
     loop = asyncio.get_running_loop()
     on_delta = None
     if agent.on_event is not None:
@@ -256,10 +255,13 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
             if delta.get("content"):
                 loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": delta["content"]})
 
-    for _ in range(agent.max_steps):
-        options = state.options(agent.options)
+    while True:
+        turn = agent.next_turn(state)
+        if isinstance(turn, AgentResult):
+            return turn
         try:
-            result = await agenerate(agent.model, state.messages, schemas, on_delta=on_delta, **options)
+            stream = on_delta if turn.stream else None
+            result = await agenerate(agent.model, turn.messages, turn.tools, on_delta=stream, **turn.options)
         except ShimError as e:
             return agent.stopped(state, e)
         outcome = agent.after_turn(state, result)
@@ -276,4 +278,4 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
                 except Exception as e:  # the model gets to see and fix it
                     output = tool_error(name, e)
             agent.end_tool(state, call, output)
-    return state.result("max_steps")
+        agent.end_round(state)

@@ -113,6 +113,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"→ {e['name']}({e['arguments']})")
         elif e["type"] == "tool_result":
             print(f"← {e['content']}")
+        elif e["type"] == "plan":
+            print("plan: " + " | ".join(e["steps"]))
         elif e["type"] == "nudge":
             print(f"(asking for the answer: {e['content']})")
 
@@ -123,6 +125,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             DEMO_TOOLS,
             system=DEMO_SYSTEM,
             max_steps=args.max_steps,
+            plan=args.plan,
             on_event=on_event,
             temperature=0,
             max_tokens=160,
@@ -251,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     pd.add_argument("--model", default=models.DEFAULT)
     pd.add_argument("--n-ctx", type=int, default=4096)
     pd.add_argument("--max-steps", type=int, default=6)
+    pd.add_argument(
+        "--plan",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="list the steps first, take one per turn, answer from the results (Agent(plan=True); default on)",
+    )
     pd.add_argument("--json", action="store_true", help="print the transcript as JSON")
     pd.set_defaults(func=cmd_demo)
 
