@@ -111,3 +111,24 @@ def test_arun_with_a_coroutine_tool(qwen: pyshim.Model) -> None:
     assert calls and "paris" in calls[0].lower()
     assert any(m["role"] == "tool" and "Sunny" in m["content"] for m in result.messages)
     assert result.stopped == "answer" and result.content
+
+
+def test_arun_in_plan_mode_takes_the_same_steps(qwen: pyshim.Model) -> None:
+    cities: list[str] = []
+
+    async def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: the city name.
+        """
+        cities.append(city)
+        return f"Sunny and {len(city) * 3} C in {city}"
+
+    events: list[dict] = []
+    agent = pyshim.Agent(qwen, [get_weather], plan=True, on_event=events.append, temperature=0, max_tokens=80)
+    result = asyncio.run(agent.arun("What is the weather in Paris and in Oslo?"))
+    plans = [e["steps"] for e in events if e["type"] == "plan"]
+    assert plans == [["What is the weather in Paris?", "What is the weather in Oslo?"]]
+    assert sorted(cities) == ["Oslo", "Paris"]
+    assert result.stopped == "answer" and "15" in (result.content or "") and "12" in (result.content or "")
