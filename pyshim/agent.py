@@ -27,8 +27,9 @@ Event = dict[str, Any]
 Runner = Callable[[dict[str, Any]], Any]
 
 NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
-# Options that shape tool calls; the planning and answer turns have no tools.
-_TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "response_format", "tool_call_recovery")
+# Options that shape tool calls: the planning and answer turns have no tools. The answer
+# keeps the caller's response_format; the plan, a list of lines, does not.
+_TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "tool_call_recovery")
 
 
 def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]]) -> str:
@@ -357,6 +358,7 @@ class Agent:
         """What the model is asked next, or the run's result when no turn is left."""
         if state.phase == "plan":
             options = self._plain_options(max_tokens=planner.PLAN_TOKENS)
+            options.pop("response_format", None)
             return _Turn(planner.plan_messages(state.question), None, options, stream=False)
         if state.phase == "answer":
             return _Turn(planner.answer_messages(state.question, state.results), None, self._plain_options())

@@ -306,3 +306,11 @@ def test_plan_mode_finishes_a_two_part_task_on_the_default_model(qwen: pyshim.Mo
     assert any(name == "multiply" and sorted(args.values()) == [17, 23] for name, args in calls)
     answer = result.content or ""
     assert result.stopped == "answer" and "391" in answer and ("18" in answer or "cloudy" in answer)
+
+
+def test_plan_mode_keeps_the_callers_response_format_for_the_answer_only() -> None:
+    fmt = {"type": "json_object"}
+    model = _Recording([{"content": "Square 2.\nSquare 3."}, {"calls": [("slow_square", '{"x": 2}')]}])
+    model.replies += [{"calls": [("slow_square", '{"x": 3}')]}, {"content": '{"squares": [4, 9]}'}]
+    Agent(model, [slow_square], plan=True, response_format=fmt).run("Square 2 and 3.")  # type: ignore[arg-type]
+    assert [c["options"].get("response_format") for c in model.calls] == [None, fmt, fmt, fmt]
