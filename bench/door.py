@@ -104,6 +104,21 @@ def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str
     return wall, first[0] if first else float("nan"), outside
 
 
+def _raw(http: httpx.Client, url: str, name: str, prompt: list[Any], options: dict[str, Any]) -> float:
+    """Wall outside the engine of a plain call sent with httpx alone (the HTTP client the openai
+    package is built on): the server's own cost, without the openai client's request building
+    and response parsing."""
+    body = {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"], "ignore_eos": True}
+    t0 = time.perf_counter()
+    r = http.post(f"{url}/v1/chat/completions", json=body)
+    data = r.json()
+    wall = (time.perf_counter() - t0) * 1e3
+    r.raise_for_status()
+    if "x-pyshim-model-ms" in r.headers:
+        return wall - float(r.headers["x-pyshim-model-ms"])
+    return wall - float(data["timings"]["prompt_ms"] + data["timings"]["predicted_ms"])
+
+
 @contextmanager
 def llama_server(model: str) -> Iterator[str | None]:
     """llama-server from build-peers/ (``make peers``) on the same model and settings, or None."""
@@ -126,6 +141,7 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
     with pyshim.Model(model, **CONFIG) as direct, server(model) as url, llama_server(model) as peer_url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
         peer = openai.OpenAI(base_url=f"{peer_url}/v1", api_key="none", max_retries=0) if peer_url else None
+        http = httpx.Client(timeout=600)
         for i, prompt in enumerate(conversation(turns)):
             d_wall, d_ttft, d_out = _direct(direct, prompt, options)
             h_wall, h_ttft, h_out = _door(client, model, prompt, options)
@@ -133,12 +149,15 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
                 {"turn": i + 1, "direct_wall": d_wall * 1e3, "door_wall": h_wall * 1e3}
                 | {"direct_ttft": d_ttft * 1e3, "door_ttft": h_ttft * 1e3}
                 | {"direct_outside": d_out, "door_outside": h_out}
+                | {"door_raw_outside": _raw(http, url, model, prompt, options)}
             )
             if peer is not None:
                 s_wall, s_ttft, s_out = _door(peer, model, prompt, options)
                 row |= {"server_wall": s_wall * 1e3, "server_ttft": s_ttft * 1e3, "server_outside": s_out}
+                row |= {"server_raw_outside": _raw(http, str(peer_url), model, prompt, options)}
             rows.append(row)
         client.close()
+        http.close()
         if peer is not None:
             peer.close()
     return rows
@@ -165,6 +184,12 @@ def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
         }
         if all(f"server_{what}" in r for r in rows):
             out[what]["server_ms"] = statistics.median(r[f"server_{what}"] for r in rows)
+    raw = [r["door_raw_outside"] - r["direct_outside"] for r in rows]
+    med, q1, q3 = _spread(raw)
+    out["raw"] = {"door_ms": statistics.median(r["door_raw_outside"] for r in rows), "overhead_ms": med}
+    out["raw"] |= {"overhead_q1": q1, "overhead_q3": q3, "client_ms": out["outside"]["door_ms"] - out["raw"]["door_ms"]}
+    if all("server_raw_outside" in r for r in rows):
+        out["raw"]["server_ms"] = statistics.median(r["server_raw_outside"] for r in rows)
     return out
 
 
@@ -195,7 +220,30 @@ def markdown(model: str, turns: int, max_tokens: int, s: dict[str, dict[str, flo
             f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {r['ratio']:.3f} | "
             + (f"{r['server_ms']:.1f} ms |" if "server_ms" in r else "not built |")
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + raw_table(s)) + "\n"
+
+
+def raw_table(s: dict[str, dict[str, float]]) -> list[str]:
+    """The outside time of a plain call split into the server's share and the openai client's."""
+    r, o = s["raw"], s["outside"]
+    peer = f"{r['server_ms']:.1f} ms" if "server_ms" in r else "not built"
+    peer_openai = f"{o['server_ms']:.1f} ms" if "server_ms" in o else "not built"
+    return [
+        "",
+        "Where the outside time goes, plain call (median ms per call; the same turns sent once more with httpx "
+        "alone, the HTTP client the openai package is built on, so the client's own request building and "
+        "response parsing drop out):",
+        "",
+        "| client | in-process | door | door − in-process: median [IQR] | llama-server HTTP |",
+        "|---|---|---|---|---|",
+        f"| httpx (the server's own cost) | {o['direct_ms']:.1f} ms | {r['door_ms']:.1f} ms | "
+        f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {peer} |",
+        f"| openai client | {o['direct_ms']:.1f} ms | {o['door_ms']:.1f} ms | {o['overhead_ms']:+.2f} ms "
+        f"| {peer_openai} |",
+        "",
+        f"The openai client itself accounts for about {r['client_ms']:.1f} ms of each door call "
+        "(openai row minus httpx row); it costs the same against any server.",
+    ]
 
 
 def main() -> None:

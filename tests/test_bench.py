@@ -88,5 +88,6 @@ def test_door_benchmark_smoke() -> None:
     assert [r["turn"] for r in rows] == [1, 2]
     assert all(r["door_wall"] > 0 and r["direct_wall"] > 0 and r["door_ttft"] > 0 for r in rows)
     s = summary(rows)
-    assert set(s) == {"wall", "ttft", "outside"} and s["outside"]["door_ms"] > 0
-    assert markdown(SMOL, 2, 1, s).count("\n| ") == 4
+    assert set(s) == {"wall", "ttft", "outside", "raw"} and s["outside"]["door_ms"] > 0
+    assert all(r["door_raw_outside"] > 0 for r in rows)
+    assert markdown(SMOL, 2, 1, s).count("\n| ") == 8
