@@ -13,6 +13,7 @@ from another thread) are not seen by the gate, so do not mix them with cancellab
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import threading
@@ -61,6 +62,12 @@ class Gate:
         self._lock = threading.Lock()  # guards _running and _waiting; taken by the worker thread too
         self._running: Call | None = None
         self._waiting: deque[Call] = deque()
+        # Every call of this model runs on this one thread. The gate lets one call run at a
+        # time anyway, and a fixed calling thread keeps OpenMP's per-thread worker team (ggml
+        # computes with OpenMP) warm: handed from one pool thread to another, the door's
+        # calls took ~45 % longer in the engine than the same calls in-process
+        # (docs/bench-door.md).
+        self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyshim-model")
 
     @property
     def running(self) -> bool:
@@ -161,7 +168,7 @@ async def agenerate(
         finally:
             g.leave(call)
 
-    worker = asyncio.get_running_loop().run_in_executor(None, work)
+    worker = asyncio.get_running_loop().run_in_executor(g.worker, work)
     try:
         return await asyncio.shield(worker)
     except asyncio.CancelledError:

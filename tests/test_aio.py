@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -23,6 +24,23 @@ def test_agenerate_and_astream(smol: pyshim.Model) -> None:
         assert stream.result is not None and stream.result["content"] == text
 
     asyncio.run(go())
+
+
+def test_every_call_of_a_model_runs_on_one_thread(smol: pyshim.Model) -> None:
+    # ggml's OpenMP team belongs to the calling thread: calls spread over a thread pool ran
+    # ~45 % slower in the engine (docs/bench-door.md).
+    threads: set[str] = set()
+
+    def seen(delta: dict) -> None:
+        threads.add(threading.current_thread().name)
+
+    async def main() -> None:
+        for _ in range(6):
+            await aio.agenerate(smol, user("Hi"), max_tokens=2, on_delta=seen)
+            await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.01) for _ in range(4)))  # keep the pool busy
+
+    asyncio.run(main())
+    assert len(threads) == 1 and next(iter(threads)).startswith("pyshim-model")
 
 
 def test_cancelling_the_task_cancels_the_generation(smol: pyshim.Model) -> None:

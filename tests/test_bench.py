@@ -90,4 +90,4 @@ def test_door_benchmark_smoke() -> None:
     s = summary(rows)
     assert set(s) == {"wall", "ttft", "outside", "raw"} and s["outside"]["door_ms"] > 0
     assert all(r["door_raw_outside"] > 0 for r in rows)
-    assert markdown(SMOL, 2, 1, s).count("\n| ") == 8
+    assert markdown(SMOL, 2, 1, s).count("\n| ") == 7
