@@ -10,9 +10,9 @@ import pyshim
 from bench.agent_tasks import TASKS, run_task, states
 
 # Tasks qwen2.5-coder-0.5b solves in docs/bench-agent-tasks.md: with the plain loop, the demo's
-# task and one that takes two calls of one tool; with plan=True, three the plain loop fails
-# (two tools, a step that uses the first result, three calls).
-SUBSET = [(0, False), (4, False), (1, True), (10, True), (17, True)]
+# task; with plan=True, two the plain loop fails (two tools; a step that uses the first result).
+# Kept small for make test's time budget; the benchmark runs all 22.
+SUBSET = [(0, False), (1, True), (10, True)]
 
 
 @pytest.mark.parametrize(("index", "plan"), SUBSET)
