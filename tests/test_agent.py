@@ -230,12 +230,11 @@ def test_chat_ends_with_a_clear_message_when_the_context_is_full() -> None:
 
 
 def test_the_nudge_restates_the_question_and_every_result() -> None:
-    calls = [("boom", '{"x": 1}')]
     model = _Scripted(
         [{"calls": [("slow_square", '{"x": 4}')]}, {"calls": [("slow_square", '{"x": 4}')]}, {"content": "16"}]
     )
     result = Agent(model, [slow_square, boom]).run("What is 4 squared?")  # type: ignore[arg-type]
-    assert calls and result.content == "16" and result.stopped == "answer"
+    assert result.content == "16" and result.stopped == "answer"
     nudge = model.seen[2][-1]
     assert nudge["role"] == "user"
     assert "What is 4 squared?" in nudge["content"] and "slow_square(x=4) returned: 16" in nudge["content"]
