@@ -349,7 +349,11 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         // given a slot, so nothing on the handle changes. The prepare_only test hook ends
         // here too, to check the request path without evaluating anything.
         rep.finish_reason = req.prepare_only ? "prepare_only" : "cancelled";
-        return dump(result_json(ParsedOutput{}, rep, req.top_logprobs >= 0));
+        json out          = result_json(ParsedOutput{}, rep, req.top_logprobs >= 0);
+        if (req.prepare_only) {
+            out["prepared"] = prepared_json(req);
+        }
+        return dump(out);
     }
     rep.routed = true;
 

@@ -506,6 +506,7 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
     in.messages.pop_back();
     in.add_generation_prompt  = false;
     in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
+    in.prompt_only            = true;  // one render (native/patches/common-render-faster.patch)
     std::vector<llama_token> history;
     try {
         history = tokens_of(m, common_chat_templates_apply(m.templates, in).prompt, r);
@@ -518,6 +519,21 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
 }
 
 }  // namespace
+
+json prepared_json(const Request & r) {
+    json triggers = json::array();
+    for (const auto & t : r.sampling.grammar_triggers) {
+        triggers.push_back({{"type", (int) t.type}, {"value", t.value}});
+    }
+    return {
+        {"prompt", r.chat.prompt},
+        {"generation_prompt", r.chat.generation_prompt},
+        {"grammar", common_grammar_value(r.sampling.grammar)},
+        {"grammar_lazy", r.sampling.grammar_lazy},
+        {"grammar_triggers", triggers},
+        {"last_message_start", r.last_message_start},
+    };
+}
 
 Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
                       const char * options_json) {

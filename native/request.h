@@ -90,6 +90,11 @@ struct ModelView {
     TokenCache &                  tokens;             // the handle's recent prompts and their tokens
 };
 
+// What a prepared request would feed the engine, for the prepare_only test hook: the rendered
+// prompt, the generation prompt the parser expects, the grammar and its triggers, and where
+// the last message starts. Tests compare it with a from-scratch render.
+json prepared_json(const Request & r);
+
 Request parse_request(const ModelView & model, const char * messages_json, const char * tools_json,
                       const char * options_json);
 

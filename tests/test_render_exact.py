@@ -1,0 +1,118 @@
+"""The cheaper request path renders exactly what the pinned llama.cpp renders.
+
+pyshim patches llama.cpp's ``common/`` to render a call's chat template once where it can, and
+faster (native/patches/common-render-faster.patch). None of that may change a byte of what
+reaches the engine. ``tests/data/rendered.json`` holds, for every catalogue model
+and the tiny recurrent/hybrid ones, the SHA-256 of what the ``prepare_only`` hook reports
+(rendered prompt, generation prompt, grammar, its triggers, where the last message starts) for
+random conversations and request options, recorded with the unpatched renderer of the pinned
+tree; two templates of our own cover the patch's fallback (two renders) and its single render
+with text after the generation prompt. Every call must still match; leaving the generation
+prompt in the render meant to be without it turns all but the fallback red. To record again
+(after a new pin, from an unpatched build): ``PYSHIM_RECORD_RENDERS=1 pytest tests/test_render_exact.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path
+from oracle import text, tool_exchange
+
+import pyshim
+
+GOLDEN = Path(__file__).parent / "data" / "rendered.json"
+RECORD = os.environ.get("PYSHIM_RECORD_RENDERS") == "1"
+SPECS = [QWEN, SMOL, GEMMA, "tiny:mamba", "tiny:hybrid", f"{SMOL}+else", f"{SMOL}+trailing"]
+# Two templates of our own, on smollm2, for the two ways the patched renderer finds the generation
+# prompt: with an `else` beside `if add_generation_prompt` it renders twice (with and without);
+# with constant text after that `if` it still renders once and drops the `if`'s output.
+_TURNS = "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
+_OPEN = "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+TEMPLATES = {
+    f"{SMOL}+else": _TURNS + _OPEN + "{%- else %}{{ '' }}{%- endif %}",
+    f"{SMOL}+trailing": _TURNS + _OPEN + "{% endif %}\n",
+}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {"name": "answer", "schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+# Request options cycled through the conversation; response_format only without tools.
+OPTIONS: list[dict[str, Any]] = [
+    {},
+    {"tool_choice": "required"},
+    {"tool_choice": NAMED},
+    {"parallel_tool_calls": False},
+    {"tool_choice": "none"},
+    {"response_format": SCHEMA, "_no_tools": True},
+]
+OPS = ["append", "tool", "append", "tool", "edit", "append", "partial", "append", "drop", "append", "tool", "append"]
+
+
+def conversations(spec: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """The calls of one model's run: a conversation growing the way an agent's does, with edits,
+    dropped turns, a partial assistant message and tool exchanges, each with other options."""
+    rng = random.Random(f"render-{spec}")
+    conv: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse. " + text(rng, 40)},
+        {"role": "user", "content": text(rng, 12)},
+    ]
+    calls = []
+    for step, op in enumerate(OPS):
+        if op == "append":
+            conv = [*conv, {"role": "assistant", "content": text(rng, 9)}, {"role": "user", "content": text(rng, 7)}]
+        elif op == "tool":
+            conv = [*conv, *tool_exchange(rng, step), {"role": "user", "content": text(rng, 5)}]
+        elif op == "edit":
+            conv = [dict(x) for x in conv]
+            conv[1]["content"] += " " + text(rng, 3)
+        elif op == "drop":
+            conv = conv[:-2]
+        elif op == "partial":
+            calls.append(([*conv, {"role": "assistant", "content": "Partly: " + text(rng, 4)}], {}))
+        calls.append((conv, OPTIONS[step % len(OPTIONS)]))
+    return calls
+
+
+def prepared(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    options = dict(options)
+    tools = None if options.pop("_no_tools", False) else [WEATHER_TOOL]
+    r = m.generate(conv, tools, max_tokens=1, _test={"prepare_only": True}, **options)
+    assert r["finish_reason"] == "prepare_only"
+    return r["prepared"]
+
+
+def digest(p: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_prepared_requests_match_the_unpatched_render(spec: str) -> None:
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    extra = {"chat_template": TEMPLATES[spec]} if spec in TEMPLATES else {}
+    with pyshim.Model(model_path(spec.split("+")[0]), n_ctx=8192, **extra) as m:
+        got = [digest(prepared(m, conv, opt)) for conv, opt in conversations(spec)]
+    if RECORD:
+        golden[spec] = got
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+        return
+    want = golden[spec]
+    differ = [i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b]
+    assert not differ, f"{spec}: calls {differ} of {len(want)} prepare something other than the unpatched render"
+
+
+def test_a_one_byte_difference_is_caught() -> None:
+    """The check can fail: one more character in one early message changes its digest."""
+    with pyshim.Model(model_path(SMOL), n_ctx=8192) as m:
+        conv, opt = conversations(SMOL)[3]
+        edited = [dict(x) for x in conv]
+        edited[1]["content"] += "!"
+        assert digest(prepared(m, edited, opt)) != json.loads(GOLDEN.read_text())[SMOL][3]
