@@ -216,7 +216,18 @@ async def _events(
     yield "data: [DONE]\n\n"
 
 
+def _timed(response: Response, started: float, model_ms: float) -> Response:
+    """Tell the client where its wait went: the standard ``Server-Timing`` header with the
+    library's time (``model``) and the rest of this handler's (``door``: reading and parsing
+    the body, the hop to the model's thread and back, building the response)."""
+    door_ms = (time.perf_counter() - started) * 1e3 - model_ms
+    response.headers["X-Pyshim-Model-Ms"] = f"{model_ms:.3f}"
+    response.headers["Server-Timing"] = f"model;dur={model_ms:.3f}, door;dur={door_ms:.3f}"
+    return response
+
+
 async def chat_completions(request: Request) -> Response:
+    started = time.perf_counter()
     door: Door = request.app.state.door
     door.check_key(request)
     model = door.ready()
@@ -228,7 +239,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         if not req.stream:
             result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
-            return JSONResponse(comp.response(result), headers={"X-Pyshim-Model-Ms": f"{_model_ms(result):.3f}"})
+            return _timed(JSONResponse(comp.response(result)), started, _model_ms(result))
         stream = aio.astream(model, req.messages, req.tools, **req.options)
         deltas = aiter(stream)
         # The first delta (or the end) comes before the headers, so that a request the library

@@ -114,6 +114,9 @@ def test_plain_completion_has_openai_shape(smol_url: str) -> None:
     assert choice.finish_reason in ("stop", "length") and choice.logprobs is None
     assert r.usage is not None and r.usage.completion_tokens <= 8
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # Where the wait went, in the standard Server-Timing header: the library's time and the door's.
+    timing = dict(m.strip().split(";dur=") for m in raw.http_response.headers["server-timing"].split(","))
+    assert set(timing) == {"model", "door"} and float(timing["model"]) > 0 and 0 <= float(timing["door"]) < 1000
 
 
 def test_stream_chunks_and_usage(smol_url: str) -> None:
