@@ -315,7 +315,7 @@ json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top
 std::string Engine::run(const char * messages_json, const char * tools_json, const char * options_json,
                         el_stream_cb callback, void * user_data) {
     const auto t_prepare = steady::now();
-    Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints(), *tokens_},
+    Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints(), *tokens_, parsers_},
                                 messages_json, tools_json, options_json);
     simulate_device_loss_ = req.device_lost;
 #ifdef EL_TEST_HOOKS

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "el_shim.h"
 #include "json_args.h"
+#include "parser_cache.h"
 #include "llama.h"
 #include "rpc.h"
 #include "slots.h"
@@ -95,6 +96,7 @@ class Engine {
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
+    ParserCache               parsers_;  // recent output parsers, loaded (parser_cache.h)
     std::unique_ptr<Slots>    slots_;
     PromptCache *             cache_ = nullptr;  // the slot serving the current call
     int32_t                   n_ctx_ = 0;        // tokens per slot

@@ -405,7 +405,7 @@ common_chat_templates_inputs render(const ModelView & m, const json & messages, 
     r.parser.parse_tool_calls = tools_active;
     r.parser.is_continuation  = in.continue_final_message != COMMON_CHAT_CONTINUATION_NONE;
     if (!r.chat.parser.empty()) {
-        r.parser.parser.load(r.chat.parser);
+        r.parser.parser = m.parsers.load(r.chat.parser);
     }
     for (const auto & stop : r.chat.additional_stops) {
         r.stops.push_back(stop);
