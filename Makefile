@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -104,7 +104,9 @@ fuzz-long:
 # llama-cpp-python and llama-server, all from the pinned tree (docs/bench-peers.md);
 # `make bench-reuse` replays one agent session with prompt reuse on and off (docs/bench-reuse.md);
 # `make bench-agent` (also part of `make bench`) runs the multi-step agent tasks and the
-# single-call set on the catalogue models (docs/bench-agent-tasks.md).
+# single-call set on the catalogue models (docs/bench-agent-tasks.md); `make bench-concurrent`
+# (also part of `make bench`) runs 4 agent sessions at once on one handle against the same 4
+# taken in turn and llama-server -np 4 (docs/bench-concurrent.md).
 PEERS := build-peers
 # Every tree configured from vendor/ directly leaves out ggml's AMX kernels, as the shim's
 # own build does: they crash in this pinned tree (native/cmake/no_amx.cmake says why).
@@ -138,8 +140,12 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 
-bench: bench-peers bench-door bench-rpc bench-agent bench-determinism
+bench: bench-peers bench-concurrent bench-door bench-rpc bench-agent bench-determinism
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
+
+# 4 agent sessions on one n_seq-4 handle from 4 threads, vs serialized and llama-server -np 4.
+bench-concurrent: build models peers $(VENV)/.bench-stamp
+	$(PY) -m bench.concurrent --out docs/bench-concurrent.md
 
 # What the `deterministic` option costs: prefill and decode off vs on (docs/bench-determinism.md).
 bench-determinism: build models

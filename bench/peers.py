@@ -176,11 +176,31 @@ def agent(system: System, reps: int, quick: bool = False) -> dict[str, Any]:
     runs = []
     for k in range(reps):
         rows = session(
-            system, conversation(3 if quick else 20, who=f"Session {k + 1}. "), max_tokens=4 if quick else 16
+            system, conversation(3 if quick else 20, who=f"Session {k + 1}. "), max_tokens=session_max_tokens(quick)
         )
         runs.append({"turns": rows, "total_s": sum(r["total_s"] for r in rows)})
     runs.sort(key=lambda r: r["total_s"])
     return {**runs[len(runs) // 2], "runs_s": [r["total_s"] for r in runs]}
+
+
+DESKS = ["north", "south", "east", "west"]
+
+
+def desk_conversations(run: int, n_conv: int, quick: bool = False) -> list[list[list[dict[str, Any]]]]:
+    """The n_conv agent conversations of one run (6 turns; 2 and no brief when quick): each
+    turn's prompt, per conversation. They differ from their system prompt's first words on
+    ("Run 1. Desk 2 of 4, south."), and each carries the ~500-token brief."""
+    return [
+        conversation(
+            2 if quick else 6, who=f"Run {run}. Desk {c + 1} of {n_conv}, {DESKS[c]}. ", brief="" if quick else BRIEF
+        )
+        for c in range(n_conv)
+    ]
+
+
+def session_max_tokens(quick: bool = False) -> int:
+    """What the model may write per agent turn."""
+    return 4 if quick else 16
 
 
 def interleaved(system: System, reps: int, quick: bool = False, n_conv: int = 2) -> dict[str, Any]:
@@ -188,18 +208,11 @@ def interleaved(system: System, reps: int, quick: bool = False, n_conv: int = 2)
     2 of each, and so on. They differ from their system prompt's first words on, and each
     carries a ~500-token brief of standing instructions, as agent programs do. Run `reps`
     times, each with its own opening words; the run with the median wall time is reported."""
-    turns = 2 if quick else 6
-    desks = ["north", "south", "east", "west"]
     runs = []
     for k in range(reps):
-        convs = [
-            conversation(
-                turns, who=f"Run {k + 1}. Desk {c + 1} of {n_conv}, {desks[c]}. ", brief="" if quick else BRIEF
-            )
-            for c in range(n_conv)
-        ]
-        order = [(c, t) for t in range(turns) for c in range(n_conv)]
-        rows = session(system, [convs[c][t] for c, t in order], max_tokens=4 if quick else 16)
+        convs = desk_conversations(k + 1, n_conv, quick)
+        order = [(c, t) for t in range(len(convs[0])) for c in range(n_conv)]
+        rows = session(system, [convs[c][t] for c, t in order], max_tokens=session_max_tokens(quick))
         for (c, t), r in zip(order, rows, strict=True):
             r["conversation"], r["turn"] = c, t
         runs.append({"turns": rows, "n_conv": n_conv, "total_s": sum(r["total_s"] for r in rows)})
@@ -235,15 +248,26 @@ def run_workload(system_name: str, model: Path, workload: str, reps: int, quick:
     return {"system": system_name, "workload": workload, "peak_rss_mib": rss, "info": system.info, **result}
 
 
-def in_subprocess(system: str, model: Path, workload: str, reps: int, quick: bool) -> dict[str, Any]:
+def worker(module: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``python -m module --worker SPEC --worker-out FILE`` in a process of its own: the JSON
+    it wrote to FILE."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        spec = {"system": system, "model": str(model), "workload": workload, "reps": reps, "quick": quick}
         subprocess.run(
-            [sys.executable, "-m", "bench.peers", "--worker", json.dumps(spec), "--worker-out", out.name],
+            [sys.executable, "-m", module, "--worker", json.dumps(spec), "--worker-out", out.name],
             check=True,
             cwd=ROOT,
         )
         return json.loads(Path(out.name).read_text())
+
+
+def in_subprocess(system: str, model: Path, workload: str, reps: int, quick: bool) -> dict[str, Any]:
+    spec = {"system": system, "model": str(model), "workload": workload, "reps": reps, "quick": quick}
+    return worker("bench.peers", spec)
+
+
+def machine() -> str:
+    """The machine, as the reports name it."""
+    return f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.platform()}"
 
 
 def llama_bench(model: Path, reps: int, *args: str) -> list[dict[str, Any]]:
@@ -631,7 +655,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
 
     data: dict[str, Any] = {
         "command": "python -m bench.peers " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.platform()}",
+        "machine": machine(),
         "when": time.strftime("%Y-%m-%d"),
         "llama_cpp_python": "0.3.36",
         "models": args.models,

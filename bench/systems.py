@@ -91,7 +91,9 @@ class Pyshim:
         tools: list[dict[str, Any]] | None,
         max_tokens: int,
         ignore_eos: bool = False,
+        session: str | None = None,
     ) -> Turn:
+        """One turn; ``session`` pins its conversation to a slot (the option of that name)."""
         ttft, total, r = timed_generate(
             self.model,
             messages,
@@ -100,6 +102,7 @@ class Pyshim:
             temperature=0,
             cache_prompt=self.reuse,
             ignore_eos=ignore_eos,
+            **({"session": session} if session is not None else {}),
         )
         return Turn(
             ttft,

@@ -26,6 +26,7 @@
 
 #include "engine.h"
 #include "json_args.h"
+#include "request.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -117,20 +118,14 @@ Locked lock_engine(el_handle * handle) {
 char * generate_on(el_handle * handle, const char * messages_json, const char * tools_json, const char * options_json,
                    el_stream_cb callback, void * user_data) {
     return guarded([&]() -> std::string {
-        // The cancel epoch is read before waiting for the handle: an el_cancel that comes
-        // while this call waits (or runs) stops it, whatever the timing.
-        const std::shared_ptr<Engine> seen = lookup(handle);
-        const uint64_t epoch = seen ? seen->cancel_epoch.load() : 0;
-        Locked l = lock_engine(handle);
-        if (!l.engine || l.engine != seen) {
+        // The reference keeps the engine alive through the call (el_close waits for it).
+        // The cancel epoch is read before the call waits for its turn: an el_cancel that
+        // comes while this call waits (or runs) stops it, whatever the timing.
+        const std::shared_ptr<Engine> e = lookup(handle);
+        if (!e || e->closing) {
             return error_json("invalid or closed handle");
         }
-        if (!l.engine->dead_reason().empty()) {
-            return error_json(l.engine->dead_reason());
-        }
-        l.engine->call_epoch  = epoch;
-        l.engine->deadline_ns = 0;
-        return l.engine->run(messages_json, tools_json, options_json, callback, user_data);
+        return e->run(messages_json, tools_json, options_json, callback, user_data, e->cancel_epoch.load());
     });
 }
 
@@ -182,6 +177,28 @@ EL_API int el_cancel(el_handle * handle) {
     }
     it->second->cancel_epoch.fetch_add(1);
     return 0;
+}
+
+EL_API int el_cancel_request(el_handle * handle, const char * request_id) {
+    try {
+        if (request_id == nullptr) {
+            return -1;
+        }
+        const std::string id(request_id);
+        if (id.empty() || id.size() > el::kMaxRequestId) {
+            return -1;
+        }
+        // As el_cancel: under the registry lock, never holding the last reference.
+        std::lock_guard<std::mutex> lock(g_registry_mu);
+        auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
+        if (it == g_registry.end()) {
+            return -1;
+        }
+        it->second->cancel_request(id);
+        return 0;
+    } catch (...) {
+        return -1;
+    }
 }
 
 EL_API int el_forget(el_handle * handle, const char * session) {

@@ -22,13 +22,31 @@
 **
 ** THREADS. Handles are independent: different handles may be used from
 ** different threads at the same time, and their generations run in parallel.
-** Calls on ONE handle are serialized by a mutex inside the handle: a second
-** thread calling el_generate on a busy handle waits for the first call to
-** finish. el_cancel never waits and never frees anything. el_close may be
-** called from any thread, also while other threads generate on or wait for the
-** handle: the running call returns finish_reason "cancelled", calls still
-** waiting return "invalid or closed handle", and el_close returns only after
-** all of them let go of the handle, freeing it on the closing thread. Any later
+** Calls on ONE handle run concurrently up to its number of slots (config
+** n_seq): with n_seq 1 (the default) they are serialized, and a second thread
+** calling el_generate on a busy handle waits for the first call to finish.
+** With n_seq >= 2, up to n_seq calls run at once, each in its own slot (routed
+** as SLOTS says; a call whose session's slot serves another call waits for
+** it); further callers wait in arrival order, each bounded by its own
+** timeout_ms. The running calls' decode steps are evaluated together: one
+** batch holds the next token of every decoding call (continuous batching),
+** and the prompt of a call that joins is evaluated in n_batch chunks between
+** those steps. Every evaluation of such a handle runs on one thread the
+** handle owns; all else a call does (parsing, routing, turning tokens into
+** text, its stream callbacks) runs on the thread that called it. A call slow
+** to take its next token (a stream callback that blocks) holds the others'
+** next step up by at most 10 ms, then misses it. Concurrent calls compute what
+** they would compute alone, up to the rounding of the other batch shape (see
+** CACHE; bit for bit with "deterministic"). Errors stay per call: a failed
+** call clears only its own slot; a fatal backend error fails every call in
+** flight and the handle is dead. el_cancel stops every call in flight on the
+** handle, and those waiting for a turn; to stop one call alone, return
+** non-zero from its stream callback or give it a timeout_ms. el_cancel never
+** waits and never frees anything. el_close may be called from any thread,
+** also while other threads generate on or wait for the handle: running calls
+** return finish_reason "cancelled", calls that had not yet taken the handle
+** return "invalid or closed handle", and el_close returns only after all of
+** them let go of the handle, freeing it on the closing thread. Any later
 ** use of a closed handle, el_close included, returns the error "invalid or
 ** closed handle"; it is never undefined behaviour, because handles are opaque
 ** tokens that the library looks up, never dereferences.
@@ -104,8 +122,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 2
-#define EL_ABI_VERSION "1.2"
+#define EL_ABI_VERSION_MINOR 3
+#define EL_ABI_VERSION "1.3"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -117,8 +135,8 @@ extern "C" {
 typedef struct el_handle el_handle;
 
 /*
-** el_version: the ABI version string, e.g. "1.2", followed by the llama.cpp
-** commit it was built from: "1.2 (llama.cpp 0c1e570)". Static storage; never
+** el_version: the ABI version string, e.g. "1.3", followed by the llama.cpp
+** commit it was built from: "1.3 (llama.cpp 0c1e570)". Static storage; never
 ** free it. Thread-safe.
 */
 EL_API const char *el_version(void);
@@ -166,7 +184,8 @@ EL_API const char *el_version(void);
 **   n_checkpoints  saved cache states per conversation, used to reuse the
 **                  prompt prefix where the cache cannot be trimmed      (8)
 **   n_seq          conversations kept warm at once ("slots"), each with its
-**                  own n_ctx tokens of cache (memory grows with it)      (1)
+**                  own n_ctx tokens of cache (memory grows with it); also
+**                  how many calls run at once (see THREADS)              (1)
 **   state_cache_mib  host memory for conversations evicted from their slot;
 **                  one that comes back is restored, not re-evaluated  (256)
 **   chat_template  a Jinja template overriding the model's own
@@ -229,6 +248,8 @@ EL_API const char *el_last_error(void);
 **                          slot) an empty slot, else the least recently used
 **                          unpinned one, else the least recently used pinned
 **                          one (result field "slot")
+**     request_id           a string of at most 256 bytes naming this call, so
+**                          that el_cancel_request can stop it alone (1.3)
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
 **     _test                test-only hooks (unstable; absent from builds
@@ -318,8 +339,13 @@ EL_API const char *el_last_error(void);
 **                      the call was cancelled before it was given one
 **   restored_from_host true when that slot's cache was restored from the
 **                      host-memory state cache before reuse
+**   n_batched_max      the most calls whose tokens were evaluated in one
+**                      decode step together with this call's: 1 when it
+**                      decoded alone, 0 when it decoded nothing (since 1.3;
+**                      see THREADS)
 **   abi_version        EL_ABI_VERSION
-** or {"error": "..."}. Calls on one handle are serialized (see THREADS).
+** or {"error": "..."}. Calls on one handle run concurrently up to n_seq (see
+** THREADS).
 **
 ** A FAILED CALL (an error after the call was given a slot) leaves its own slot
 ** empty and unpinned; a conversation it evicted stays saved in host memory as
@@ -364,6 +390,18 @@ EL_API char *el_generate_stream(el_handle *handle, const char *messages_json,
 ** handle. Returns 0, or -1 for an invalid or closed handle.
 */
 EL_API int el_cancel(el_handle *handle);
+
+/*
+** el_cancel_request: ask the calls on this handle whose options named this
+** "request_id" to stop, as el_cancel does, leaving every other call alone;
+** a call that begins with this id after el_cancel_request returns stops at
+** once too (the handle remembers the last 64 ids cancelled), so a cancel sent
+** just before its call started is not lost. Give each call its own id. Never
+** blocks; may be called from any thread. Returns 0, or -1 for an invalid or
+** closed handle or an id that is NULL, empty or longer than 256 bytes.
+** (since 1.3)
+*/
+EL_API int el_cancel_request(el_handle *handle, const char *request_id);
 
 /*
 ** el_reset: drop everything cached for this handle (KV cache, checkpoints,

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 
 namespace el {
@@ -36,9 +37,38 @@ double ms_since(steady::time_point t0) {
     return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
 }
 
+// The handle's mutex released for a while (for work on the call's own state, and for the
+// stream callback); taken again on every way out, exceptions included.
+class Unlocked {
+  public:
+    explicit Unlocked(std::unique_lock<std::mutex> & lock) : lock_(lock) { lock_.unlock(); }
+    ~Unlocked() { lock_.lock(); }
+    Unlocked(const Unlocked &) = delete;
+    Unlocked & operator=(const Unlocked &) = delete;
+
+  private:
+    std::unique_lock<std::mutex> & lock_;
+};
+
 }  // namespace
 
+// run()'s state: the parsed request, its sampler, the report, and the token chosen from
+// the last evaluation's logits (chosen under the handle's mutex, before any later batch
+// can overwrite them; used once the call has turned the previous token into text).
+struct Engine::Prepared {
+    Request                 req;
+    Call                    call;
+    CallReport              rep;
+    common_sampler_ptr      sampler;
+    std::vector<uint8_t>    biased;     // greedy: the tokens with a bias
+    steady::time_point      t0;
+    bool                    have_next = false;  // false: forced-only text ended
+    llama_token             next      = 0;
+    json                    next_logprob;
+};
+
 Engine::~Engine() {
+    sched_.reset();  // joins the evaluator thread before anything it used goes
     if (!dead_reason_.empty() && !dead_free_ok_) {
         // Freeing the context and model would call into the failed backend. Release
         // what lives in host memory and leave the rest: a bounded leak, not a crash.
@@ -94,7 +124,10 @@ void Engine::open(const char * config_json) {
         kind = MemoryKind::SlidingWindow;
     }
     slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
-    cache_ = &slots_->cache(0);
+    // One slot: calls run one at a time on their own thread, as before. Several: an
+    // evaluator thread batches the calls' decode steps (scheduler.h).
+    sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch, cfg_.n_seq > 1,
+                                         [this](const std::vector<Scheduler::Participant *> & b) { return run_step(b); });
 }
 
 // Load the weights: on the CPU, or split over the remote (RPC) devices and local GPUs
@@ -201,45 +234,131 @@ int32_t Engine::check_remote(int32_t rc) {
     return rpc_.lost().empty() ? rc : kRemoteLost;
 }
 
-bool Engine::should_stop() const {
-    if (cancel_epoch.load(std::memory_order_relaxed) != call_epoch.load(std::memory_order_relaxed) || closing.load(std::memory_order_relaxed)) {
+bool Engine::should_stop(const Call & c) const {
+    if (cancel_epoch.load(std::memory_order_relaxed) != c.epoch || closing.load(std::memory_order_relaxed) ||
+        c.cancelled.load(std::memory_order_relaxed)) {
         return true;
     }
-    int64_t d = deadline_ns.load(std::memory_order_relaxed);
-    return d != 0 && steady::now().time_since_epoch().count() > d;
+    return c.deadline_ns != 0 && steady::now().time_since_epoch().count() > c.deadline_ns;
 }
 
-bool Engine::abort_callback(void * data) { return static_cast<Engine *>(data)->should_stop(); }
+// A batch holding several calls' tokens stops only when all of them should: the others
+// go on, and a call that should stop ends at its next step.
+template <typename Calls> bool Engine::all_stop(const Calls & calls) const {
+    if (closing.load(std::memory_order_relaxed)) {
+        return true;
+    }
+    return !calls.empty() && std::all_of(calls.begin(), calls.end(), [this](const Call * c) { return should_stop(*c); });
+}
 
+bool Engine::abort_callback(void * data) {
+    Engine * e = static_cast<Engine *>(data);
+    std::lock_guard<std::mutex> lock(e->calls_mu_);
+    return e->all_stop(e->evaluating_);
+}
+
+// Thread-safe: ids are made on the calls' own threads, also while others decode.
 std::string Engine::new_call_id() {
     static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
     std::string id = "call_";
     for (int i = 0; i < 24; i++) {
-        id += alphabet[rng_() % (sizeof(alphabet) - 1)];
+        id += alphabet[rng() % (sizeof(alphabet) - 1)];
     }
     return id;
 }
 
-// Evaluate tokens [from, to) of `toks` on top of the cache. Returns llama_decode's
-// status (0 = ok). Only successfully evaluated batches reach the mirror.
-int32_t Engine::evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
-                         const std::function<void(size_t)> & progress) {
+void Engine::cancel_request(const std::string & request_id) {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    for (Call * c : in_flight_) {
+        if (c->request_id == request_id) {
+            c->cancelled = true;
+        }
+    }
+    // A cancel may come before its call began: the call then finds its id here.
+    cancelled_ids_.push_back(request_id);
+    if (cancelled_ids_.size() > kRemembered) {
+        cancelled_ids_.pop_front();
+    }
+}
+
+// A call enters or leaves the handle (in: once its request is parsed). While any call is
+// in flight, the RPC watchdog cuts a stalled connection once every call in flight should
+// stop. Under mu.
+void Engine::track(Call * call, bool in) {
+    size_t n = 0;
+    {
+        std::lock_guard<std::mutex> lock(calls_mu_);
+        if (in) {
+            if (!call->request_id.empty() &&
+                std::find(cancelled_ids_.begin(), cancelled_ids_.end(), call->request_id) != cancelled_ids_.end()) {
+                call->cancelled = true;
+            }
+            in_flight_.push_back(call);
+        } else {
+            in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), call));
+        }
+        n = in_flight_.size();
+    }
+    if (!rpc_.active()) {
+        return;
+    }
+    if (in && n == 1) {
+        rpc_.begin_call([this] {
+            std::lock_guard<std::mutex> lock(calls_mu_);
+            return all_stop(in_flight_);
+        });
+    } else if (!in && n == 0) {
+        rpc_.end_call();
+    }
+}
+
+// llama_decode on batch_, whose tokens belong to `calls` (for the abort callback).
+int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
+    const bool lost = std::any_of(calls.begin(), calls.end(), [](const Call * c) { return c->device_lost; });
+    {
+        std::lock_guard<std::mutex> lock(calls_mu_);
+        evaluating_ = calls;
+    }
+    const int32_t rc = lost ? -3 : check_remote(llama_decode(ctx_, batch_));
+    {
+        std::lock_guard<std::mutex> lock(calls_mu_);
+        evaluating_.clear();
+    }
+    return rc;
+}
+
+// Evaluate tokens [from, to) of `toks` on top of the call's cache, one n_batch chunk per
+// turn of the scheduler. Returns llama_decode's status (0 = ok). Only successfully
+// evaluated batches reach the mirror. `on_done` runs right after the last chunk, before
+// any other batch could overwrite its logits.
+int32_t Engine::evaluate(Call & call, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & toks,
+                         size_t from, size_t to, bool logits_last, const std::function<void(size_t)> & progress,
+                         const std::function<void()> & on_done) {
     while (from < to) {
         const size_t n = std::min<size_t>(to - from, (size_t) cfg_.n_batch);
-        const size_t pos0 = cache_->tokens().size() + test_pos_shift_;
-        batch_.n_tokens = (int32_t) n;
-        for (size_t i = 0; i < n; i++) {
-            batch_.token[i]     = toks[from + i];
-            batch_.pos[i]       = (llama_pos) (pos0 + i);
-            batch_.n_seq_id[i]  = 1;
-            batch_.seq_id[i][0] = cache_->seq();
-            batch_.logits[i]    = logits_last && from + i == to - 1;
-        }
-        const int32_t rc = simulate_device_loss_ ? -3 : check_remote(llama_decode(ctx_, batch_));
+        const int32_t rc = sched_->solo(lock, [&]() -> int32_t {
+            const size_t pos0 = call.cache->tokens().size() + call.pos_shift;
+            batch_.n_tokens = (int32_t) n;
+            for (size_t i = 0; i < n; i++) {
+                batch_.token[i]     = toks[from + i];
+                batch_.pos[i]       = (llama_pos) (pos0 + i);
+                batch_.n_seq_id[i]  = 1;
+                batch_.seq_id[i][0] = call.cache->seq();
+                batch_.logits[i]    = logits_last && from + i == to - 1;
+            }
+            const int32_t r = run_batch({&call});
+            if (r == 0) {
+                call.cache->append(toks.data() + from, n);
+                if (from + n == to && on_done) {
+                    on_done();
+                }
+            }
+            return r;
+        });
         if (rc != 0) {
             return rc;
         }
-        cache_->append(toks.data() + from, n);
         from += n;
         if (progress) {
             progress(from);
@@ -248,13 +367,40 @@ int32_t Engine::evaluate(const std::vector<llama_token> & toks, size_t from, siz
     return 0;
 }
 
+// One decode step: the next token of every participant, each at its own sequence and
+// position, all in one batch; then each participant reads its row of logits.
+int32_t Engine::run_step(const std::vector<Scheduler::Participant *> & batch) {
+    std::vector<const Call *> calls;
+    batch_.n_tokens = (int32_t) batch.size();
+    for (size_t i = 0; i < batch.size(); i++) {
+        const Scheduler::Participant * p = batch[i];
+        batch_.token[i]     = p->tok;
+        batch_.pos[i]       = p->pos;
+        batch_.n_seq_id[i]  = 1;
+        batch_.seq_id[i][0] = p->seq;
+        batch_.logits[i]    = true;
+        calls.push_back(static_cast<const Decoding *>(p)->call);
+    }
+    const int32_t rc = run_batch(calls);
+    if (rc == 0) {
+        for (size_t i = 0; i < batch.size(); i++) {
+            try {
+                batch[i]->after((int32_t) i);
+            } catch (...) {
+                batch[i]->error = std::current_exception();
+            }
+        }
+    }
+    return rc;
+}
+
 // The most likely next token after the request's biases, read straight from the logits
 // of the last evaluation (the greedy fast path: no candidate array, no sort). `biased`
 // marks the tokens that have a bias, so the scan skips them and they compete with their
 // biased logit.
-llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased) const {
+llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const {
     llama_synchronize(ctx_);
-    const float * logits = llama_get_logits_ith(ctx_, -1);
+    const float * logits = llama_get_logits_ith(ctx_, row);
     const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
     llama_token best = 0;
     float best_logit = -INFINITY;
@@ -313,116 +459,187 @@ json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top
 }
 
 std::string Engine::run(const char * messages_json, const char * tools_json, const char * options_json,
-                        el_stream_cb callback, void * user_data) {
-    const auto t_prepare = steady::now();
-    Request req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, cache_->wants_checkpoints(), *tokens_, parsers_},
-                                messages_json, tools_json, options_json);
-    simulate_device_loss_ = req.device_lost;
-#ifdef EL_TEST_HOOKS
-    if (req.leak_bytes > 0) {
-        // a steady per-call leak, touched so that it is resident: what the soak must catch
-        static std::mutex                          leak_mu;
-        static std::vector<std::unique_ptr<char[]>> leaked;
-        std::lock_guard<std::mutex>                lock(leak_mu);
-        leaked.push_back(std::make_unique<char[]>((size_t) req.leak_bytes));
-        std::memset(leaked.back().get(), 1, (size_t) req.leak_bytes);
+                        el_stream_cb callback, void * user_data, uint64_t epoch) {
+    Prepared p;
+    p.t0         = steady::now();
+    p.call.epoch = epoch;
+    std::unique_lock<std::mutex> lock(mu);
+    if (closing) {
+        throw std::runtime_error("invalid or closed handle");
     }
-#endif
-    if (req.timeout_ms > 0) {
-        deadline_ns = (steady::now() + std::chrono::microseconds((int64_t) (req.timeout_ms * 1000))).time_since_epoch().count();
+    if (!dead_reason_.empty()) {
+        throw std::runtime_error(dead_reason_);
     }
-    RpcCallGuard watch(rpc_, [this] { return should_stop(); });
-    const auto         t_sampler = steady::now();
-    common_sampler_ptr sampler(common_sampler_init(model_, req.sampling));
-    if (!sampler) {
-        fail("could not set up sampling (invalid grammar or parameters)");
-    }
-    CallReport rep;
-    rep.ms_sampler  = ms_since(t_sampler);
-    rep.ms_prepare  = ms_since(t_prepare);
-    rep.ms_template = req.ms_template;
-    rep.ms_tokenize = req.tokenizing.ms_tokenize;
-    rep.n_tokenize_reused = req.tokenizing.n_reused;
-    rep.n_prompt    = req.prompt.size();
-    if (should_stop() || req.prepare_only) {
-        // Cancelled (or closed) while it waited for the handle: it ends before it is
-        // given a slot, so nothing on the handle changes. The prepare_only test hook ends
-        // here too, to check the request path without evaluating anything.
-        rep.finish_reason = req.prepare_only ? "prepare_only" : "cancelled";
-        json out          = result_json(ParsedOutput{}, rep, req.top_logprobs >= 0);
-        if (req.prepare_only) {
-            out["prepared"] = prepared_json(req);
+    struct Tracked {
+        Engine & e;
+        Call *   call = nullptr;
+        ~Tracked() {
+            if (call != nullptr) {
+                e.track(call, false);
+            }
         }
-        return dump(out);
+    } tracked{*this};
+    if (std::string early = begin(p, lock, messages_json, tools_json, options_json, tracked.call); !early.empty()) {
+        return early;
     }
-    rep.routed = true;
-
-    rep.slot = slots_->pick(req.session, req.prompt, rep.restored_from_host);
-    cache_   = &slots_->cache(rep.slot);
-    CacheGuard guard(*cache_);
-    // Every way out settles the routing: a call that leaves its slot cleared puts back
-    // the host-memory copy it restored (see Slots::settle).
-    struct Settle {
-        Slots & slots;
-        bool    ok = false;
-        ~Settle() { slots.settle(ok); }
-    } settle{*slots_};
-    reuse(req, rep);
-
-    DeltaStream stream(callback, user_data, req.recover, [this] { return new_call_id(); });
-    const bool streaming = callback != nullptr;
-    prefill(req, stream, streaming, rep);
-#ifdef EL_TEST_HOOKS
-    if (req.probe > 0 && rep.finish_reason.empty()) {
-        probe(req, rep);
+    DeltaStream stream(callback, user_data, p.req.recover, [] { return new_call_id(); });
+    std::string text;
+    {
+        // Every way out of this block runs with mu held, and releases, in this order: the
+        // slot's cache if it was left out of step, the slot (Slots::settle puts back the
+        // host-memory copy a failed call restored), the call's place on the handle.
+        struct Admitted {
+            Scheduler & sched;
+            ~Admitted() { sched.leave(); }
+        } admitted{*sched_};
+        if (!route(p, lock)) {
+            p.rep.finish_reason = "cancelled";
+            return dump(result_json(ParsedOutput{}, p.rep, p.req.top_logprobs >= 0));
+        }
+        struct Settle {
+            Engine & e;
+            size_t   slot;
+            bool     ok = false;
+            ~Settle() {
+                e.slots_->settle(slot, ok);
+                e.sched_->notify();  // a call of the same session may wait for this slot
+            }
+        } settle{*this, p.rep.slot};
+        CacheGuard guard(*p.call.cache);
+        reuse(p, lock);
+        prefill(p, lock, stream, callback != nullptr);
+        text = decode(p, lock, stream, callback != nullptr);
+        // An aborted llama_decode may have left part of a batch in the cache, which the
+        // mirror does not describe: only then (and after a planted corruption) is the guard
+        // left armed.
+        if (llama_memory_seq_pos_max(llama_get_memory(ctx_), p.call.cache->seq()) ==
+                (llama_pos) p.call.cache->tokens().size() - 1 &&
+            p.req.corrupt == Corruption::None) {
+            guard.disarm();
+            settle.ok = true;
+        }
     }
-#endif
-    const std::string text = decode(req, sampler.get(), stream, streaming, rep);
-    deadline_ns = 0;
-
-    // An aborted llama_decode may have left part of a batch in the cache, which the
-    // mirror does not describe: only then (and after a planted corruption) is the guard
-    // left armed.
-    if (llama_memory_seq_pos_max(llama_get_memory(ctx_), cache_->seq()) == (llama_pos) cache_->tokens().size() - 1 &&
-        req.corrupt == Corruption::None) {
-        guard.disarm();
-        settle.ok = true;
-    }
+    lock.unlock();  // reading the text back touches nothing of the handle
 
     const ParsedOutput out = parse_output(
-        text, req, rep.finish_reason == "length", [&stream](common_chat_msg & m) { stream.assign_ids(m); },
-        [this] { return new_call_id(); });
-    if (!out.msg.tool_calls.empty() && rep.finish_reason == "stop") {
-        rep.finish_reason = "tool_calls";
+        text, p.req, p.rep.finish_reason == "length", [&stream](common_chat_msg & m) { stream.assign_ids(m); },
+        [] { return new_call_id(); });
+    if (!out.msg.tool_calls.empty() && p.rep.finish_reason == "stop") {
+        p.rep.finish_reason = "tool_calls";
     }
     stream.update(out.msg, true);
-    return dump(result_json(out, rep, req.top_logprobs >= 0));
+    return dump(result_json(out, p.rep, p.req.top_logprobs >= 0));
+}
+
+// Parse the request and set up its sampler, then wait for a turn on the handle. Returns
+// the whole result when the call ends here: a prepare_only test call, or one cancelled
+// (or timed out) while it waited; empty once the call was admitted.
+std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
+                          const char * tools_json, const char * options_json, Call *& tracked) {
+    p.req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
+                                    *tokens_, parsers_},
+                          messages_json, tools_json, options_json);
+    p.call.device_lost = p.req.device_lost;
+    p.call.request_id  = p.req.request_id;
+    track(&p.call, true);
+    tracked = &p.call;
+#ifdef EL_TEST_HOOKS
+    if (p.req.leak_bytes > 0) {
+        // a steady per-call leak, touched so that it is resident: what the soak must catch
+        static std::mutex                           leak_mu;  // handles run in parallel
+        static std::vector<std::unique_ptr<char[]>> leaked;
+        std::lock_guard<std::mutex>                 leak_lock(leak_mu);
+        leaked.push_back(std::make_unique<char[]>((size_t) p.req.leak_bytes));
+        std::memset(leaked.back().get(), 1, (size_t) p.req.leak_bytes);
+    }
+#endif
+    if (p.req.timeout_ms > 0) {
+        p.call.deadline_ns =
+            (p.t0 + std::chrono::microseconds((int64_t) (p.req.timeout_ms * 1000))).time_since_epoch().count();
+    }
+    const auto t_sampler = steady::now();
+    p.sampler.reset(common_sampler_init(model_, p.req.sampling));
+    if (!p.sampler) {
+        fail("could not set up sampling (invalid grammar or parameters)");
+    }
+    if (p.req.greedy) {
+        p.biased.assign(llama_vocab_n_tokens(vocab_), 0);
+        for (const auto & b : p.req.greedy_bias) {
+            p.biased[b.first] = 1;
+        }
+    }
+    CallReport & rep = p.rep;
+    rep.ms_sampler        = ms_since(t_sampler);
+    rep.ms_prepare        = ms_since(p.t0);
+    rep.ms_template       = p.req.ms_template;
+    rep.ms_tokenize       = p.req.tokenizing.ms_tokenize;
+    rep.n_tokenize_reused = p.req.tokenizing.n_reused;
+    rep.n_prompt          = p.req.prompt.size();
+    if (!p.req.prepare_only && !should_stop(p.call)) {
+        if (sched_->admit(lock, [&] { return should_stop(p.call); })) {
+            return "";
+        }
+        if (closing) {
+            throw std::runtime_error("invalid or closed handle");
+        }
+    }
+    // Cancelled (or timed out) before its turn: it ends before it is given a slot, so
+    // nothing on the handle changes. The prepare_only test hook ends here too, to check
+    // the request path without evaluating anything.
+    rep.finish_reason = p.req.prepare_only ? "prepare_only" : "cancelled";
+    json out          = result_json(ParsedOutput{}, rep, p.req.top_logprobs >= 0);
+    if (p.req.prepare_only) {
+        out["prepared"] = prepared_json(p.req);
+    }
+    return dump(out);
+}
+
+// Give the call its slot (Slots::pick). A session's slot serves one call at a time: a
+// second call of the same session waits for it. False if the call stopped first.
+bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
+    for (;;) {
+        const size_t slot = slots_->pick(p.req.session, p.req.prompt, p.rep.restored_from_host);
+        if (slot != Slots::kBusy) {
+            p.rep.slot   = slot;
+            p.rep.routed = true;
+            p.call.cache = &slots_->cache(slot);
+            return true;
+        }
+        if (should_stop(p.call)) {
+            if (closing) {
+                throw std::runtime_error("invalid or closed handle");
+            }
+            return false;
+        }
+        sched_->wait_a_little(lock);
+    }
 }
 
 // Make the slot's cache hold the longest prefix of the prompt it can hold exactly.
-void Engine::reuse(const Request & req, CallReport & rep) {
+void Engine::reuse(Prepared & p, std::unique_lock<std::mutex> & lock) {
+    const Request & req = p.req;
+    PromptCache &   cache = *p.call.cache;
     const auto t0 = steady::now();
-    test_pos_shift_ = 0;
     if (!req.cache_prompt) {
-        cache_->clear();
+        cache.clear();
     }
-    const std::vector<llama_token> before = req.corrupt == Corruption::Other ? cache_->tokens() : std::vector<llama_token>{};
-    rep.n_reused = cache_->prepare(req.prompt, req.unsafe_reuse);
+    const std::vector<llama_token> before = req.corrupt == Corruption::Other ? cache.tokens() : std::vector<llama_token>{};
+    p.rep.n_reused = cache.prepare(req.prompt, req.unsafe_reuse);
 #ifdef EL_TEST_HOOKS
     if (req.corrupt != Corruption::None) {
-        plant_corruption(req, before, rep);
+        plant_corruption(p, lock, before);
     }
 #endif
-    if (req.unsafe_reuse == UnsafeReuse::Corrupt && rep.n_reused > 0) {
-        std::vector<llama_token> wrong(req.prompt.begin(), req.prompt.begin() + rep.n_reused);
+    if (req.unsafe_reuse == UnsafeReuse::Corrupt && p.rep.n_reused > 0) {
+        std::vector<llama_token> wrong(req.prompt.begin(), req.prompt.begin() + p.rep.n_reused);
         std::reverse(wrong.begin() + 1, wrong.end());
-        cache_->clear();
-        if (evaluate(wrong, 0, wrong.size(), false) != 0) {
+        cache.clear();
+        if (evaluate(p.call, lock, wrong, 0, wrong.size(), false) != 0) {
             fail("test hook: could not evaluate the corrupted prefix");
         }
-        cache_->relabel(std::vector<llama_token>(req.prompt.begin(), req.prompt.begin() + rep.n_reused));
+        cache.relabel(std::vector<llama_token>(req.prompt.begin(), req.prompt.begin() + p.rep.n_reused));
     }
-    rep.ms_reset = ms_since(t0);
+    p.rep.ms_reset = ms_since(t0);
 }
 
 #ifdef EL_TEST_HOOKS
@@ -431,8 +648,9 @@ void Engine::reuse(const Request & req, CallReport & rep) {
 // token the copy goes on with and the model's top token. A model that has read its
 // context predicts a copy of it sharply, so one wrong, missing or extra token in the
 // cache shows at the place where the copy reaches it. Both handles of a comparison run
-// these batches in the same shapes at the same positions.
-void Engine::probe(const Request & req, CallReport & rep) {
+// these batches in the same shapes at the same positions. Runs right after the prompt's
+// last batch, on the thread that evaluated it.
+void Engine::probe(const Request & req, const Call & call, CallReport & rep) {
     const size_t p = req.prompt.size();
     const size_t n = std::min({(size_t) req.probe, p, (size_t) std::max<int64_t>(0, (int64_t) n_ctx_ - (int64_t) p - 1)});
     const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
@@ -459,19 +677,19 @@ void Engine::probe(const Request & req, CallReport & rep) {
     const size_t chunk = std::min<size_t>(32, (size_t) cfg_.n_batch);  // logits for every position: keep batches small
     for (size_t from = 0; from + 1 < n; from += chunk) {
         const size_t m    = std::min(chunk, n - 1 - from);
-        const size_t pos0 = cache_->tokens().size() + test_pos_shift_;
+        const size_t pos0 = call.cache->tokens().size() + call.pos_shift;
         batch_.n_tokens   = (int32_t) m;
         for (size_t i = 0; i < m; i++) {
             batch_.token[i]     = req.prompt[from + i];
             batch_.pos[i]       = (llama_pos) (pos0 + i);
             batch_.n_seq_id[i]  = 1;
-            batch_.seq_id[i][0] = cache_->seq();
+            batch_.seq_id[i][0] = call.cache->seq();
             batch_.logits[i]    = true;
         }
         if (const int32_t rc = llama_decode(ctx_, batch_); rc != 0) {
             decode_failed(rc, "probing");
         }
-        cache_->append(req.prompt.data() + from, m);
+        call.cache->append(req.prompt.data() + from, m);
         for (size_t i = 0; i < m; i++) {
             record(llama_get_logits_ith(ctx_, (int32_t) i), req.prompt[from + i + 1]);
         }
@@ -484,8 +702,9 @@ void Engine::probe(const Request & req, CallReport & rep) {
 // fault, while the call goes on as if the prefix were intact (prefill starts at
 // prompt[n_reused]). Such a cache computes exactly what a fresh evaluation of the
 // faulty sequence computes. The guard clears the slot when the call ends.
-void Engine::plant_corruption(const Request & req, const std::vector<llama_token> & before, CallReport & rep) {
-    size_t n = rep.n_reused;
+void Engine::plant_corruption(Prepared & pr, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & before) {
+    const Request & req = pr.req;
+    size_t n = pr.rep.n_reused;
     std::vector<llama_token> held(req.prompt.begin(), req.prompt.begin() + (std::ptrdiff_t) n);
     if (req.corrupt == Corruption::Other) {
         // a slot-routing fault: the cache is another conversation's, claimed to be this one's
@@ -512,32 +731,35 @@ void Engine::plant_corruption(const Request & req, const std::vector<llama_token
     } else if (req.corrupt == Corruption::Duplicate) {
         held.insert(held.begin() + at, held[at]);
     }
-    cache_->clear();
-    if (evaluate(held, 0, held.size(), false) != 0) {
+    pr.call.cache->clear();
+    if (evaluate(pr.call, lock, held, 0, held.size(), false) != 0) {
         fail("test hook: could not evaluate the corrupted prefix");
     }
     if (req.corrupt == Corruption::Shift) {
         // a hole at `at`: the tokens from there on, and all that follow, one position late
-        llama_memory_seq_add(llama_get_memory(ctx_), cache_->seq(), (llama_pos) at, -1, 1);
-        test_pos_shift_ = 1;
+        llama_memory_seq_add(llama_get_memory(ctx_), pr.call.cache->seq(), (llama_pos) at, -1, 1);
+        pr.call.pos_shift = 1;
     }
-    rep.n_reused = n;
+    pr.rep.n_reused = n;
 }
 #endif
 
-// Evaluate the prompt past what was reused. A cancel here ends the call as "cancelled"
-// (the guard clears the half-evaluated cache); a failed decode throws.
-void Engine::prefill(const Request & req, DeltaStream & stream, bool streaming, CallReport & rep) {
-    const size_t n_prompt = req.prompt.size();
-    const size_t n_reused = rep.n_reused;
+// Evaluate the prompt past what was reused, and choose the first token from its logits.
+// A cancel here ends the call as "cancelled" (the guard clears the half-evaluated cache);
+// a failed decode throws.
+void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming) {
+    const Request & req      = p.req;
+    const size_t    n_prompt = req.prompt.size();
+    const size_t    n_reused = p.rep.n_reused;
     // Long prompts report their evaluation, batch by batch, to a streaming caller.
     std::function<void(size_t)> progress;
     if (streaming && n_prompt - n_reused > (size_t) cfg_.n_batch) {
         progress = [&](size_t done) { stream.progress(done - n_reused, n_prompt - n_reused); };
     }
+    const std::function<void()> first = [&] { first_token(p); };
     const auto t0 = steady::now();
     int32_t rc = 0;
-    if (cache_->wants_checkpoints()) {
+    if (p.call.cache->wants_checkpoints()) {
         // Where the cache cannot be trimmed, save checkpoints at the two places a
         // later prompt most often diverges: where the last message starts (the same
         // history with a different question) and one token short of the end (the
@@ -545,121 +767,173 @@ void Engine::prefill(const Request & req, DeltaStream & stream, bool streaming, 
         size_t at = n_reused;
         for (size_t stop : {req.last_message_start, n_prompt - 1}) {
             if (rc == 0 && stop > at && stop < n_prompt) {
-                rc = evaluate(req.prompt, at, stop, false, progress);
+                rc = evaluate(p.call, lock, req.prompt, at, stop, false, progress);
                 at = stop;
                 if (rc == 0) {
-                    cache_->save_checkpoint();
+                    p.call.cache->save_checkpoint();
                 }
             }
         }
         if (rc == 0) {
-            rc = evaluate(req.prompt, at, n_prompt, true, progress);
+            rc = evaluate(p.call, lock, req.prompt, at, n_prompt, true, progress, first);
         }
     } else {
-        rc = evaluate(req.prompt, n_reused, n_prompt, true, progress);
+        rc = evaluate(p.call, lock, req.prompt, n_reused, n_prompt, true, progress, first);
     }
-    rep.ms_prefill = ms_since(t0);
+    p.rep.ms_prefill = ms_since(t0);
     if (req.fail_after_prefill) {
         throw std::runtime_error("test hook: failure after prefill");
     }
     if (rc != 0) {
-        if (rc != kRemoteLost && (rc == 2 || should_stop())) {
-            rep.finish_reason = "cancelled";
+        if (rc != kRemoteLost && (rc == 2 || should_stop(p.call))) {
+            p.rep.finish_reason = "cancelled";
         } else {
             decode_failed(rc, "evaluating the prompt");
         }
     }
 }
 
-// Sample until an end token, a stop string, a limit or a cancel; returns the text
-// generated (stop strings excluded) and sets the finish reason.
-std::string Engine::decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
-                           CallReport & rep) {
-    const auto t0 = steady::now();
-    std::vector<uint8_t> biased;
-    if (req.greedy) {
-        biased.assign(llama_vocab_n_tokens(vocab_), 0);
-        for (const auto & b : req.greedy_bias) {
-            biased[b.first] = 1;
-        }
+// Right after the prompt's last batch: the probe test hook, or the first token.
+void Engine::first_token(Prepared & p) {
+#ifdef EL_TEST_HOOKS
+    if (p.req.probe > 0) {
+        probe(p.req, p.call, p.rep);
+        return;
     }
-    std::string text;
-    if (req.has_canned_output && rep.finish_reason.empty()) {
-        text = req.canned_output;  // test hook: exercise parsing and recovery on exact text
-        rep.finish_reason = "stop";
+#endif
+    if (!p.req.has_canned_output) {
+        choose_next(p, -1);
     }
-    while (rep.finish_reason.empty()) {
-        if (should_stop()) {
-            rep.finish_reason = "cancelled";
-            break;
-        }
-        llama_token tok;
-        if (rep.n_decoded < req.forced.size()) {
-            tok = req.forced[rep.n_decoded];
-            if (!req.forced_only) {
-                common_sampler_accept(sampler, tok, true);  // sampling goes on after them
-            }
-        } else if (req.forced_only) {
-            rep.finish_reason = "stop";  // the forced text ends as if the model ended it
-            break;
-        } else if (req.greedy) {
-            tok = argmax_token(req, biased);
-        } else {
-            tok = common_sampler_sample(sampler, ctx_, -1);
-            common_sampler_accept(sampler, tok, true);
-        }
-        rep.n_decoded++;
-        if (req.top_logprobs >= 0) {
-            rep.logprobs.push_back(logprob_entry(llama_get_logits_ith(ctx_, -1), tok, req.top_logprobs));
-        }
-        if (llama_vocab_is_eog(vocab_, tok)) {
-            rep.finish_reason = "stop";
-            break;
-        }
-        const size_t scan_from = text.size() + 1 > req.max_stop_len ? text.size() + 1 - req.max_stop_len : 0;
-        text += common_token_to_piece(ctx_, tok, req.sampling.preserved_tokens.count(tok) > 0);
+}
 
-        StopScan stop = scan_stops(text, scan_from, req.stops);
-        if (stop.found != std::string::npos) {
-            text.resize(stop.found);
-            rep.finish_reason = "stop";
+// The token that follows the last evaluation, from row `row` of its logits (-1: the
+// last row): a forced one (test hooks), the argmax, or the sampler's choice.
+void Engine::choose_next(Prepared & p, int32_t row) {
+    const Request & req = p.req;
+    const size_t    n   = p.rep.n_decoded;
+    llama_token     tok;
+    if (n < req.forced.size()) {
+        tok = req.forced[n];
+        if (!req.forced_only) {
+            common_sampler_accept(p.sampler.get(), tok, true);  // sampling goes on after them
+        }
+    } else if (req.forced_only) {
+        p.have_next = false;  // the forced text ends as if the model ended it
+        return;
+    } else if (req.greedy) {
+        tok = argmax_token(req, p.biased, row);
+    } else {
+        tok = common_sampler_sample(p.sampler.get(), ctx_, row);
+        common_sampler_accept(p.sampler.get(), tok, true);
+    }
+    p.have_next = true;
+    p.next      = tok;
+    if (req.top_logprobs >= 0) {
+        p.next_logprob = logprob_entry(llama_get_logits_ith(ctx_, row), tok, req.top_logprobs);
+    }
+}
+
+// Sample until an end token, a stop string, a limit or a cancel; returns the text
+// generated (stop strings excluded) and sets the finish reason. Each token is turned into
+// text with the handle's mutex released, then evaluated in the next decode step beside
+// the other calls' tokens (Scheduler::step).
+std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming) {
+    const auto t0 = steady::now();
+    std::string text;
+    if (p.req.has_canned_output && p.rep.finish_reason.empty()) {
+        text = p.req.canned_output;  // test hook: exercise parsing and recovery on exact text
+        p.rep.finish_reason = "stop";
+    }
+    Decoding d;
+    d.call  = &p.call;
+    d.seq   = p.call.cache->seq();
+    d.after = [&](int32_t row) {
+        p.call.cache->append(&d.tok, 1);  // only an evaluated token enters the cache and the mirror
+        choose_next(p, row);
+    };
+    sched_->enter_decode();
+    struct Leave {
+        Scheduler & sched;
+        ~Leave() { sched.leave_decode(); }
+    } leave{*sched_};
+    while (p.rep.finish_reason.empty()) {
+        if (should_stop(p.call)) {
+            p.rep.finish_reason = "cancelled";
             break;
         }
-        // "_test.force" decodes exactly its tokens and stops there as at a limit;
-        // "_test.force_output" ends as if the model ended it (top of the loop).
-        const bool forced_done = !req.forced.empty() && !req.forced_only && rep.n_decoded >= req.forced.size();
-        if ((int32_t) rep.n_decoded >= req.max_tokens || forced_done) {
-            rep.finish_reason = "length";
+        if (!p.have_next) {
+            p.rep.finish_reason = "stop";
             break;
         }
-        if ((int32_t) cache_->tokens().size() + 1 >= n_ctx_) {
-            rep.finish_reason = "length";
-            rep.truncated     = true;
+        const llama_token tok = p.next;
+        p.rep.n_decoded++;
+        if (p.req.top_logprobs >= 0) {
+            p.rep.logprobs.push_back(std::move(p.next_logprob));
+        }
+        {
+            Unlocked unlocked(lock);
+            consume(p, stream, streaming, tok, text);
+        }
+        if (!p.rep.finish_reason.empty()) {
             break;
         }
-        if (streaming) {
-            const std::string visible = text.substr(0, utf8_complete_prefix(text.substr(0, text.size() - stop.hold)));
-            try {
-                if (!stream.update(common_chat_parse(visible, true, req.parser), false)) {
-                    rep.finish_reason = "cancelled";
-                    break;
-                }
-            } catch (const std::exception &) {
-                // a prefix the parser cannot read yet; the next token may fix it
-            }
-        }
-        // Feed the sampled token back. Only now does it enter the cache and the mirror.
-        const int32_t drc = evaluate(std::vector<llama_token>{tok}, 0, 1, true);
-        if (drc != 0) {
-            if (drc != kRemoteLost && (drc == 2 || should_stop())) {
-                rep.finish_reason = "cancelled";
+        d.tok = tok;
+        d.pos = (llama_pos) (p.call.cache->tokens().size() + p.call.pos_shift);
+        sched_->step(lock, d);
+        p.rep.n_batched_max = std::max(p.rep.n_batched_max, d.step_size);
+        if (d.rc != 0) {
+            if (d.rc != kRemoteLost && (d.rc == 2 || should_stop(p.call))) {
+                p.rep.finish_reason = "cancelled";
                 break;
             }
-            decode_failed(drc, "generating");
+            decode_failed(d.rc, "generating");
         }
     }
-    rep.ms_decode = ms_since(t0);
+    p.rep.ms_decode = ms_since(t0);
     return text;
+}
+
+// Turn one generated token into text: end at an end token, a stop string or a limit
+// (setting the finish reason), else stream what became visible. Touches only the call's
+// own state, so it runs without the handle's mutex.
+void Engine::consume(Prepared & p, DeltaStream & stream, bool streaming, llama_token tok, std::string & text) {
+    const Request & req = p.req;
+    CallReport &    rep = p.rep;
+    if (llama_vocab_is_eog(vocab_, tok)) {
+        rep.finish_reason = "stop";
+        return;
+    }
+    const size_t scan_from = text.size() + 1 > req.max_stop_len ? text.size() + 1 - req.max_stop_len : 0;
+    text += common_token_to_piece(vocab_, tok, req.sampling.preserved_tokens.count(tok) > 0);
+
+    StopScan stop = scan_stops(text, scan_from, req.stops);
+    if (stop.found != std::string::npos) {
+        text.resize(stop.found);
+        rep.finish_reason = "stop";
+        return;
+    }
+    // "_test.force" decodes exactly its tokens and stops there as at a limit;
+    // "_test.force_output" ends as if the model ended it (top of the loop).
+    const bool forced_done = !req.forced.empty() && !req.forced_only && rep.n_decoded >= req.forced.size();
+    if ((int32_t) rep.n_decoded >= req.max_tokens || forced_done) {
+        rep.finish_reason = "length";
+        return;
+    }
+    if ((int32_t) p.call.cache->tokens().size() + 1 >= n_ctx_) {
+        rep.finish_reason = "length";
+        rep.truncated     = true;
+        return;
+    }
+    if (streaming) {
+        const std::string visible = text.substr(0, utf8_complete_prefix(text.substr(0, text.size() - stop.hold)));
+        try {
+            if (!stream.update(common_chat_parse(visible, true, req.parser), false)) {
+                rep.finish_reason = "cancelled";
+            }
+        } catch (const std::exception &) {
+            // a prefix the parser cannot read yet; the next token may fix it
+        }
+    }
 }
 
 // The devices layers can be offloaded to: the remote ones and the local GPUs.

@@ -1,10 +1,11 @@
 // engine.h -- the engine behind one handle: the model, its context and chat templates,
 // the conversation slots, and the steps of one generate call.
 //
-// Invariant: calls run one at a time under `mu`; from the moment a call touches a slot's
-// cache until it completes, a CacheGuard clears that slot on any way out that leaves the
-// cache and its mirror out of step; after a fatal backend error the engine is dead and
-// runs nothing again.
+// Invariant: whatever touches the context, the slots or the caches runs under `mu`; calls
+// run concurrently, one per slot (scheduler.h), and a call touches only its own slot; from
+// the moment a call touches its slot's cache until it completes, a CacheGuard clears that
+// slot on any way out that leaves the cache and its mirror out of step; after a fatal
+// backend error the engine is dead and runs nothing again.
 #pragma once
 
 #include "chat.h"
@@ -14,15 +15,16 @@
 #include "parser_cache.h"
 #include "llama.h"
 #include "rpc.h"
+#include "scheduler.h"
 #include "slots.h"
 #include "token_cache.h"
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -45,12 +47,17 @@ class Engine {
     Engine(const Engine &) = delete;
     Engine & operator=(const Engine &) = delete;
 
-    // One generate call (el_generate / el_generate_stream); the caller holds `mu`.
+    // One generate call (el_generate / el_generate_stream), on the caller's thread; it
+    // takes `mu` itself. `epoch` is cancel_epoch as it was when the call began.
     std::string run(const char * messages_json, const char * tools_json, const char * options_json,
-                    el_stream_cb callback, void * user_data);
+                    el_stream_cb callback, void * user_data, uint64_t epoch);
 
     // el_stats' object; the caller holds `mu`.
     json stats() const;
+
+    // el_cancel_request: stop the calls in flight with this request_id, and one that
+    // begins with it later (the last kRemembered ids are kept). Never waits for `mu`.
+    void cancel_request(const std::string & request_id);
 
     // el_forget; the caller holds `mu`.
     void forget(const char * session) { slots_->forget(session); }
@@ -58,37 +65,62 @@ class Engine {
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }
 
-    std::mutex           mu;              // serializes calls on this handle
+    std::mutex           mu;              // the context lock (see the invariant)
     // el_cancel bumps cancel_epoch; a call stops once it differs from the epoch it read
-    // when it began (before waiting for mu), so a cancel is never lost to timing.
+    // when it began (before waiting for mu), so a cancel is never lost to timing. It stops
+    // every call in flight on the handle.
     std::atomic<uint64_t> cancel_epoch{0};
-    std::atomic<uint64_t> call_epoch{0};    // of the call holding mu
     std::atomic<bool>     closing{false};   // set once by el_close, never reset: no call starts or goes on
-    std::atomic<int64_t>  deadline_ns{0};
 
   private:
+    // What one call owns while it runs: its stop conditions and its slot.
+    struct Call {
+        std::atomic<bool> cancelled{false};   // by el_cancel_request
+        std::string   request_id;             // set once, under calls_mu_
+        uint64_t      epoch       = 0;
+        int64_t       deadline_ns = 0;        // steady clock; 0: none
+        PromptCache * cache       = nullptr;  // its slot's cache, once routed
+        size_t        pos_shift   = 0;        // test hook: its tokens' positions run late
+        bool          device_lost = false;    // test hook: llama_decode reports a fatal backend error
+    };
+    // A decoding call's place in a step (scheduler.h), and which call it is.
+    struct Decoding : Scheduler::Participant {
+        const Call * call = nullptr;
+    };
+    struct Prepared;  // run()'s parsed request, sampler and report (engine.cpp)
+
     void load_model();
     void create_context();
-    bool should_stop() const;
+    bool should_stop(const Call & c) const;
+    template <typename Calls> bool all_stop(const Calls & calls) const;
     static bool abort_callback(void * data);
     [[noreturn]] void decode_failed(int32_t rc, const char * where);
     int32_t check_remote(int32_t rc);
-    std::string new_call_id();
+    static std::string new_call_id();
 
     // The steps of run(), in order.
-    void        reuse(const Request & req, CallReport & rep);
-    void        prefill(const Request & req, DeltaStream & stream, bool streaming, CallReport & rep);
-    std::string decode(const Request & req, common_sampler * sampler, DeltaStream & stream, bool streaming,
-                       CallReport & rep);
+    std::string begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
+                      const char * tools_json, const char * options_json, Call *& tracked);
+    bool        route(Prepared & p, std::unique_lock<std::mutex> & lock);
+    void        reuse(Prepared & p, std::unique_lock<std::mutex> & lock);
+    void        prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming);
+    std::string decode(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming);
+    void        first_token(Prepared & p);
+    void        choose_next(Prepared & p, int32_t row);
+    void        consume(Prepared & p, DeltaStream & stream, bool streaming, llama_token tok, std::string & text);
 
-    void probe(const Request & req, CallReport & rep);
-    void plant_corruption(const Request & req, const std::vector<llama_token> & before, CallReport & rep);
+    void probe(const Request & req, const Call & call, CallReport & rep);
+    void plant_corruption(Prepared & p, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & before);
 
-    int32_t evaluate(const std::vector<llama_token> & toks, size_t from, size_t to, bool logits_last,
-                     const std::function<void(size_t)> & progress = nullptr);
+    int32_t evaluate(Call & call, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & toks,
+                     size_t from, size_t to, bool logits_last, const std::function<void(size_t)> & progress = nullptr,
+                     const std::function<void()> & on_done = nullptr);
+    int32_t run_batch(const std::vector<const Call *> & calls);
+    int32_t run_step(const std::vector<Scheduler::Participant *> & batch);
+    void    track(Call * call, bool in);
     json        device_names() const;
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
-    llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased) const;
+    llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const;
 
     Config                    cfg_;
     llama_model *             model_ = nullptr;
@@ -98,10 +130,16 @@ class Engine {
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
     ParserCache               parsers_;  // recent output parsers, loaded (parser_cache.h)
     std::unique_ptr<Slots>    slots_;
-    PromptCache *             cache_ = nullptr;  // the slot serving the current call
+    std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot
-    llama_batch               batch_{};          // n_batch tokens, reused by every evaluate()
-    std::mt19937_64           rng_{std::random_device{}()};
+    llama_batch               batch_{};          // n_batch tokens, reused by every evaluation
+    // The calls in flight (for the RPC watchdog) and those whose tokens the running
+    // llama_decode evaluates (for its abort callback); both read from other threads.
+    std::mutex                calls_mu_;
+    std::vector<Call *>       in_flight_;
+    std::vector<const Call *> evaluating_;
+    static constexpr size_t   kRemembered = 64;
+    std::deque<std::string>   cancelled_ids_;  // most recent last
     RpcLink                   rpc_;           // remote devices (config "rpc"); inactive without
     std::vector<float>        tensor_split_;  // llama_max_devices() entries, alive while loading
 
@@ -109,8 +147,6 @@ class Engine {
     // call on the handle is refused, since nothing it computes could be trusted.
     std::string dead_reason_;
     bool        dead_free_ok_ = false;  // dead from a lost RPC server: freeing is still safe
-    bool        simulate_device_loss_ = false;  // test hook: llama_decode reports a fatal backend error
-    size_t      test_pos_shift_       = 0;      // test hook: positions of this call's tokens run one late
 };
 
 }  // namespace el

@@ -143,7 +143,7 @@ Inputs read_inputs(const char * messages_json, const char * tools_json, const ch
     reject_unknown_keys(in.opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                  "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
-                                 "timeout_ms", "cache_prompt", "session", "_test"}, "options");
+                                 "timeout_ms", "cache_prompt", "session", "request_id", "_test"}, "options");
     return in;
 }
 
@@ -541,6 +541,10 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const Inputs inputs = read_inputs(messages_json, tools_json, options_json);
     const json & opt = inputs.opt;
     r.session      = get_string(opt, "session", "");
+    r.request_id   = get_string(opt, "request_id", "");
+    if (r.request_id.size() > kMaxRequestId) {
+        throw UserError("\"request_id\" is longer than " + std::to_string(kMaxRequestId) + " bytes");
+    }
     r.cache_prompt = get_bool(opt, "cache_prompt", true);
     read_sampling(opt, m, read_test_hooks(opt, m.vocab, r), r);
 

@@ -25,6 +25,8 @@ namespace el {
 
 enum class ToolChoice { Auto, None, Required, Named };
 
+constexpr size_t kMaxRequestId = 256;  // bytes of the "request_id" option
+
 // Bounds on the caller's stop strings (OpenAI allows four): each generated token is
 // checked against them, so their number and length are bounded, and only the tail of
 // the text that a new token can complete is scanned.
@@ -60,6 +62,7 @@ struct Request {
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
     std::string                  session;                 // pin the conversation to a slot
+    std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     double                       ms_template = 0;         // rendering the chat template
     TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent

@@ -104,6 +104,7 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"ms_decode", r.ms_decode},
         {"slot", r.routed ? json(r.slot) : json(nullptr)},
         {"restored_from_host", r.restored_from_host},
+        {"n_batched_max", r.n_batched_max},
         {"abi_version", EL_ABI_VERSION},
     };
     if (with_logprobs) {

@@ -19,13 +19,15 @@ Slots::Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_chec
 // prompt (see route_by_prefix); else a slot to evict (see evict).
 // Deterministic: the same history of calls always picks the same slots.
 size_t Slots::pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
-    taken_.reset();
     size_t chosen = slots_.size();
     if (!session.empty()) {
         for (size_t i = 0; i < slots_.size(); i++) {
             if (slots_[i].session == session) {
                 chosen = i;
             }
+        }
+        if (chosen < slots_.size() && slots_[chosen].busy) {
+            return kBusy;
         }
     } else {
         chosen = route_by_prefix(prompt);
@@ -34,7 +36,7 @@ size_t Slots::pick(const std::string & session, const std::vector<llama_token> &
         chosen = evict(session, prompt, restored_from_host);
     }
     slots_[chosen].last_used = ++clock_;
-    taken_slot_ = chosen;
+    slots_[chosen].busy      = true;
     return chosen;
 }
 
@@ -46,7 +48,7 @@ size_t Slots::route_by_prefix(const std::vector<llama_token> & prompt) const {
     size_t chosen = slots_.size();
     size_t best = 0;
     for (size_t i = 0; i < slots_.size(); i++) {
-        if (!slots_[i].session.empty()) {
+        if (!slots_[i].session.empty() || slots_[i].busy) {
             continue;
         }
         const auto & toks = slots_[i].cache->tokens();
@@ -64,7 +66,7 @@ size_t Slots::route_by_prefix(const std::vector<llama_token> & prompt) const {
     return chosen;
 }
 
-// Take a slot for this call: an empty slot, else the least recently used slot no
+// Take a free slot for this call: an empty slot, else the least recently used slot no
 // session is pinned to, else the least recently used pinned one. Its conversation is
 // saved to host memory; if it belonged to another owner, the cache is cleared before
 // this call sees it, so nothing of it can be reused (nor its length observed through
@@ -73,9 +75,9 @@ size_t Slots::evict(const std::string & session, const std::vector<llama_token> 
     auto rank = [&](const Slot & x) {
         return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
     };
-    size_t chosen = 0;
-    for (size_t i = 1; i < slots_.size(); i++) {
-        if (rank(slots_[i]) < rank(slots_[chosen])) {
+    size_t chosen = slots_.size();
+    for (size_t i = 0; i < slots_.size(); i++) {
+        if (!slots_[i].busy && (chosen == slots_.size() || rank(slots_[i]) < rank(slots_[chosen]))) {
             chosen = i;
         }
     }
@@ -89,14 +91,24 @@ size_t Slots::evict(const std::string & session, const std::vector<llama_token> 
     return chosen;
 }
 
-void Slots::settle(bool ok) {
-    if (!ok) {
-        if (taken_ != nullptr) {
-            put_back(std::move(*taken_));
-        }
-        slots_[taken_slot_].session.clear();  // the next call of this session restores it again
+void Slots::settle(size_t slot, bool ok) {
+    Slot & s = slots_[slot];
+    if (s.forget) {
+        s.taken.reset();  // forgotten while the call ran: nothing of it goes back to host memory
     }
-    taken_.reset();
+    if (!ok) {
+        if (s.taken != nullptr) {
+            put_back(std::move(*s.taken));
+        }
+        s.session.clear();  // the next call of this session restores it again
+    }
+    s.taken.reset();
+    s.busy = false;
+    if (s.forget) {
+        s.forget = false;
+        s.cache->clear();
+        s.session.clear();
+    }
 }
 
 // Keep an evicted conversation in host memory (llama-server does the same), so that
@@ -126,8 +138,8 @@ void Slots::put_back(PromptCache::Saved saved) {
 }
 
 // Restore this owner's saved conversation that shares the longest prefix with the
-// prompt (at least half of it, as for slot routing), if any. The entry is held in
-// taken_ until the call settles, so that a failed call can put it back.
+// prompt (at least half of it, as for slot routing), if any. The entry is held by the
+// slot until its call settles, so that a failed call can put it back.
 bool Slots::unstash(size_t slot, const std::string & session, const std::vector<llama_token> & prompt) {
     auto best = host_cache_.end();
     size_t best_n = 0;
@@ -144,10 +156,11 @@ bool Slots::unstash(size_t slot, const std::string & session, const std::vector<
     if (best == host_cache_.end()) {
         return false;  // the slot keeps this owner's tokens: prepare() still reuses any prefix they share
     }
-    taken_ = std::make_unique<PromptCache::Saved>(std::move(*best));
-    host_bytes_ -= taken_->data.size();
+    auto & taken = slots_[slot].taken;
+    taken = std::make_unique<PromptCache::Saved>(std::move(*best));
+    host_bytes_ -= taken->data.size();
     host_cache_.erase(best);
-    return slots_[slot].cache->load(*taken_);
+    return slots_[slot].cache->load(*taken);
 }
 
 void Slots::drop_host_cache(const char * session) {
@@ -164,6 +177,10 @@ void Slots::drop_host_cache(const char * session) {
 void Slots::forget(const char * session) {
     for (auto & slot : slots_) {
         if (session == nullptr || slot.session == session) {
+            if (slot.busy) {
+                slot.forget = true;  // its call is using the cache: cleared when it ends
+                continue;
+            }
             slot.cache->clear();
             slot.session.clear();
         }
@@ -180,7 +197,6 @@ void Slots::clear_caches() {
 void Slots::release_host_state() {
     slots_.clear();  // checkpoints are host buffers; the cache itself is not touched
     host_cache_.clear();
-    taken_.reset();
     host_bytes_ = 0;
 }
 
@@ -192,6 +208,7 @@ json Slots::stats() const {
         per_slot.push_back(json{{"slot", i},
                                 {"session", slot.session.empty() ? json(nullptr) : json(slot.session)},
                                 {"n_tokens", slot.cache->tokens().size()},
+                                {"busy", slot.busy},
                                 {"n_checkpoints", slot.cache->n_checkpoints()},
                                 {"checkpoint_bytes", slot.cache->checkpoint_bytes()}});
         tokens += slot.cache->tokens().size();

@@ -3,7 +3,8 @@
 Why a worker: a call runs in C for seconds or minutes, and Python delivers SIGINT to the
 main thread only between bytecodes, so Ctrl-C would wait for the whole generation. The
 caller instead waits in short timeouts, and on ``KeyboardInterrupt`` (or when a stream is
-closed or dropped) asks the library to stop with ``el_cancel``, waits for the call to
+closed or dropped) asks the library to stop this call (``el_cancel_request`` with the call's
+own ``request_id``, so other calls running on the handle go on), waits for the call to
 return, and only then lets the exception go on: the handle is never left mid-call.
 
 Deltas are a rendezvous, not a buffer: the worker's stream callback waits until the
@@ -31,8 +32,9 @@ POLL_S = 0.05
 class Call:
     """Runs ``el_generate`` (or ``el_generate_stream`` when ``streaming``) on a daemon thread."""
 
-    def __init__(self, handle: Any, args: tuple[Any, ...], streaming: bool) -> None:
+    def __init__(self, handle: Any, args: tuple[Any, ...], streaming: bool, request_id: str) -> None:
         self._handle = handle
+        self._request_id = request_id.encode()
         self._cond = threading.Condition()
         self._slot: Any = None  # the delta the worker is waiting on
         self._handed = False  # whether the caller has it
@@ -114,17 +116,20 @@ class Call:
             self._cond.notify_all()
         if threading.current_thread() is self._thread:
             return
-        while not self._done:
-            # Repeated: a cancel that lands before the call has started is reset by it.
+        if not self._done:
+            # Once is enough: the handle remembers the id for a call that has not begun yet.
             with contextlib.suppress(Exception):
-                lib().el_cancel(self._handle)
+                lib().el_cancel_request(self._handle, self._request_id)
+        while not self._done:
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: the call is already stopping
                 self._thread.join(POLL_S)
 
 
-def run_in_worker(handle: Any, args: tuple[Any, ...], on_delta: Callable[[dict[str, Any]], object] | None) -> Any:
+def run_in_worker(
+    handle: Any, args: tuple[Any, ...], request_id: str, on_delta: Callable[[dict[str, Any]], object] | None
+) -> Any:
     """A generate call whose deltas (if any) go to ``on_delta`` on the calling thread."""
-    call = Call(handle, args, on_delta is not None)
+    call = Call(handle, args, on_delta is not None, request_id)
     try:
         if on_delta is not None:
             while (delta := call.next_delta()) is not DONE:

@@ -29,6 +29,7 @@ char *el_generate(el_handle *handle, const char *messages_json, const char *tool
 char *el_generate_stream(el_handle *handle, const char *messages_json, const char *tools_json,
                          const char *options_json, el_stream_cb callback, void *user_data);
 int el_cancel(el_handle *handle);
+int el_cancel_request(el_handle *handle, const char *request_id);
 int el_reset(el_handle *handle);
 int el_forget(el_handle *handle, const char *session);
 char *el_stats(el_handle *handle);

@@ -1,13 +1,13 @@
 """asyncio over a ``Model``: ``agenerate``, ``AsyncStream`` and the async agent loop.
 
 Each call waits its turn in the model's ``Gate`` on the event loop (no thread is held while it
-waits), then runs the blocking library call in a worker thread, so the loop never blocks.
+waits), then runs the blocking library call in a worker thread, so the loop never blocks. As
+many calls run at once as the model has slots (``n_seq``); the library batches their decode
+steps.
 
 The invariant this module keeps: cancelling a call stops *that* call and never another one.
-``el_cancel`` stops whatever runs on the handle, so it is issued only while the gate records
-the cancelled call as the one on the handle; a call cancelled while it still waits simply
-leaves the queue. Calls made on the same ``Model`` outside this module (``Model.generate``
-from another thread) are not seen by the gate, so do not mix them with cancellable async calls.
+Each call carries its own ``request_id``, and a running call is stopped with
+``el_cancel_request`` on that id; a call cancelled while it still waits simply leaves the queue.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import threading
+import uuid
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -31,9 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "agenerate", "arun", "astream", "gate"]
 
-# How often a cancelled call re-issues el_cancel while it waits for its worker: the first
-# el_cancel may land in the instant before the library call began, when it does nothing.
-_RECANCEL_S = 0.05
+# How often a cancelled call looks whether its worker has returned.
+_POLL_S = 0.05
 
 
 class Overloaded(ShimError):
@@ -45,33 +45,36 @@ class Call:
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
+        self.request_id = uuid.uuid4().hex  # el_cancel_request stops this call alone
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turn: asyncio.Future[None] | None = None
 
 
 class Gate:
-    """The FIFO of async calls on one model, and which of them is on the handle now.
+    """The FIFO of async calls on one model, and which of them are on the handle now.
 
-    ``max_waiting`` bounds the calls waiting behind the running one (``None``: unbounded);
-    ``enter`` raises ``Overloaded`` when it is reached.
+    Up to ``capacity`` calls (the model's ``n_seq``) run at once. ``max_waiting`` bounds the
+    calls waiting behind the running ones (``None``: unbounded); ``enter`` raises
+    ``Overloaded`` when it is reached.
     """
 
     def __init__(self, model: Model, max_waiting: int | None = None) -> None:
         self._model = weakref.ref(model)
         self.max_waiting = max_waiting
-        self._lock = threading.Lock()  # guards _running and _waiting; taken by the worker thread too
-        self._running: Call | None = None
+        self.capacity = max(1, int(model.config.get("n_seq", 1)))
+        self._lock = threading.Lock()  # guards _running and _waiting; taken by the worker threads too
+        self._running: set[Call] = set()
         self._waiting: deque[Call] = deque()
-        # Every call of this model runs on this one thread. The gate lets one call run at a
-        # time anyway, and a fixed calling thread keeps OpenMP's per-thread worker team (ggml
-        # computes with OpenMP) warm: handed from one pool thread to another, the door's
-        # calls took ~45 % longer in the engine than the same calls in-process
-        # (docs/bench-door.md).
-        self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyshim-model")
+        # One worker thread per slot. With one slot, every call runs on the same thread, and a
+        # fixed calling thread keeps OpenMP's per-thread worker team (ggml computes with
+        # OpenMP) warm: handed from one pool thread to another, the door's calls took ~45 %
+        # longer in the engine than the same calls in-process (docs/bench-door.md). With
+        # several, the library evaluates on a thread of its own anyway.
+        self.worker = concurrent.futures.ThreadPoolExecutor(self.capacity, thread_name_prefix="pyshim-model")
 
     @property
-    def running(self) -> bool:
-        return self._running is not None
+    def running(self) -> int:
+        return len(self._running)
 
     @property
     def waiting(self) -> int:
@@ -80,8 +83,8 @@ class Gate:
     async def enter(self, call: Call) -> None:
         """Wait until ``call`` is the one on the handle. Cancelled while waiting, it leaves the queue."""
         with self._lock:
-            if self._running is None and not self._waiting:
-                self._running = call
+            if len(self._running) < self.capacity and not self._waiting:
+                self._running.add(call)
                 return
             if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
                 raise Overloaded(f"too many requests waiting for the model ({len(self._waiting)} queued)")
@@ -99,24 +102,24 @@ class Gate:
             raise
 
     def leave(self, call: Call) -> None:
-        """``call`` is off the handle: hand the handle to the next waiting call."""
+        """``call`` is off the handle: hand its place to the next waiting call."""
         with self._lock:
-            if self._running is not call:
+            if call not in self._running:
                 return
-            self._running = None
+            self._running.discard(call)
             if self._waiting:
                 nxt = self._waiting.popleft()
-                self._running = nxt
+                self._running.add(nxt)
                 assert nxt._loop is not None and nxt._turn is not None
                 nxt._loop.call_soon_threadsafe(_grant, nxt._turn)
 
     def cancel(self, call: Call) -> None:
-        """Stop ``call``: el_cancel if it is on the handle now; if it waits, it will not start."""
+        """Stop ``call``: el_cancel_request if it is on the handle now; if it waits, it will not start."""
         call.cancelled.set()
-        with self._lock:  # the worker leaves under this lock, so the handle is still call's here
+        with self._lock:  # the worker leaves under this lock, so the model is still open here
             model = self._model()
-            if self._running is call and model is not None and model._handle is not None:
-                lib().el_cancel(model._handle)
+            if call in self._running and model is not None and model._handle is not None:
+                lib().el_cancel_request(model._handle, call.request_id.encode())
 
 
 def _grant(turn: asyncio.Future[None]) -> None:
@@ -150,10 +153,12 @@ async def agenerate(
     Cancelling the awaiting task cancels the generation and waits for the worker to return.
     """
     g, call = gate(model), Call()
+    if options.get("request_id"):
+        call.request_id = str(options["request_id"])
     await g.enter(call)
 
     def checked(delta: Delta) -> bool:
-        # Stops the call at its next delta even if el_cancel landed before the call began.
+        # Stops the call at its next delta however the cancel and the call's start interleave.
         if call.cancelled.is_set():
             return False
         return on_delta is None or on_delta(delta) is not False
@@ -162,9 +167,11 @@ async def agenerate(
         try:
             if call.cancelled.is_set():  # cancelled as its turn came: never start it
                 return {"content": None, "finish_reason": "cancelled"}
-            # Without a delta consumer, no per-token callback: el_cancel, re-issued below until the
-            # worker returns, is then what stops the call.
-            return model.generate(messages, tools, on_delta=checked if on_delta else None, **options)
+            # Without a delta consumer, no per-token callback: el_cancel_request on the call's id
+            # (which the library remembers if it comes before the call began) stops it.
+            return model.generate(
+                messages, tools, on_delta=checked if on_delta else None, **{**options, "request_id": call.request_id}
+            )
         finally:
             g.leave(call)
 
@@ -172,9 +179,9 @@ async def agenerate(
     try:
         return await asyncio.shield(worker)
     except asyncio.CancelledError:
+        g.cancel(call)
         while not worker.done():
-            g.cancel(call)
-            await asyncio.wait({worker}, timeout=_RECANCEL_S)
+            await asyncio.wait({worker}, timeout=_POLL_S)
         raise
 
 

@@ -143,7 +143,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # so the library's own defaults apply to the rest.
 OPEN_FLAGS: list[tuple[str, Any, str]] = [
     ("--n-ctx", int, "context length per slot, in tokens (library default 4096; 0 = the model's own)"),
-    ("--n-seq", int, "conversations kept warm at once (slots), each with n_ctx tokens of cache (default 1)"),
+    (
+        "--n-seq",
+        int,
+        "conversations kept warm at once (slots), each with n_ctx tokens of cache; also how many "
+        "calls run at once, their decode steps batched (default 1)",
+    ),
     ("--n-batch", int, "prompt tokens per decode (default 512)"),
     ("--n-threads", int, "CPU threads (default: physical cores)"),
     ("--n-gpu-layers", int, "layers offloaded to a GPU backend (default 0)"),

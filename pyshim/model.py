@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -50,7 +51,8 @@ class Model(_Closes):
     ``temperature``, ``swa_full``, ``log``, ...). Use it as a context manager, or
     call ``close()``.
 
-    Calls on one Model are serialized by the library; separate Models run in parallel.
+    Calls on one Model run one at a time, or up to ``n_seq`` at once (each in its own slot,
+    their decode steps batched together by the library); separate Models run in parallel.
     Ctrl-C during a call made from the main thread stops it within about one token and
     raises ``KeyboardInterrupt``; the model stays usable.
     """
@@ -97,20 +99,21 @@ class Model(_Closes):
         ``on_delta`` receives streaming deltas as they are decoded; returning
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
-        args = self._args(messages, tools, options)
+        args, request_id = self._args(messages, tools, options)
         if threading.current_thread() is threading.main_thread():
-            return run_in_worker(self.handle, args, on_delta)  # where Ctrl-C arrives: keep it responsive
+            # where Ctrl-C arrives: keep it responsive
+            return run_in_worker(self.handle, args, request_id, on_delta)
         if on_delta is None:
             return take_json(lib().el_generate(*args))
         return _generate_here(args, on_delta)
 
-    def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (
-            self.handle,
-            encode(list(messages)),
-            encode(list(tools)) if tools else ffi.NULL,
-            encode(options) if options else ffi.NULL,
-        )
+    def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
+        """The C arguments, and the call's ``request_id`` (the caller's, or a fresh one) by
+        which this call alone can be stopped."""
+        request_id = str(options.get("request_id") or uuid.uuid4().hex)
+        options = {**options, "request_id": request_id}
+        args = (self.handle, encode(list(messages)), encode(list(tools)) if tools else ffi.NULL, encode(options))
+        return args, request_id
 
     def stream(
         self,
@@ -128,7 +131,7 @@ class Model(_Closes):
         return stream
 
     def cancel(self) -> None:
-        """Stop the call in progress (from another thread)."""
+        """Stop every call in progress on this model (from another thread)."""
         lib().el_cancel(self.handle)
 
     def reset(self) -> None:
@@ -173,7 +176,8 @@ class Stream(_Closes):
     def __init__(self, model: Model, messages: Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
         # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
-        self._call = Call(model.handle, model._args(messages, tools, options), streaming=True)
+        args, request_id = model._args(messages, tools, options)
+        self._call = Call(model.handle, args, streaming=True, request_id=request_id)
 
     def __iter__(self) -> Iterator[Delta]:
         try:

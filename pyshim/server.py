@@ -5,9 +5,10 @@ Every error is answered in OpenAI's shape ``{"error": {"message", "type", "param
 
 The invariants this module keeps:
 - the event loop never blocks: each library call runs in a worker thread (``pyshim.aio``);
-- calls take turns on the handle in a bounded FIFO (``--max-queue`` waiting; 503 beyond), and a
-  client that goes away stops only its own call: one still waiting leaves the queue, the one
-  running is cancelled with ``el_cancel``, so the next request finds the model ready;
+- calls run on the handle up to ``--n-seq`` at once (their decode steps batched by the library),
+  the rest wait in a bounded FIFO (``--max-queue`` waiting; 503 beyond), and a client that goes
+  away stops only its own call: one still waiting leaves the queue, a running one is cancelled
+  with ``el_cancel_request`` on its own id, so the others go on and its place is free;
 - no request can take the server down: anything unexpected becomes a 500 for that request.
 """
 

@@ -91,3 +91,39 @@ def test_door_benchmark_smoke() -> None:
     assert set(s) == {"wall", "ttft", "outside", "raw"} and s["outside"]["door_ms"] > 0
     assert all(r["door_raw_outside"] > 0 for r in rows)
     assert markdown(SMOL, 2, 1, s).count("\n| ") == 7
+
+
+def test_concurrent_benchmark_harness_smoke() -> None:
+    """bench.concurrent's pyshim modes, tiny, in this process, then its report: a row per mode
+    and the pyshim ratios. Its llama-server mode needs `make peers`, not `make test`."""
+    from bench.concurrent import PYSHIM_MODES, report, run_mode
+
+    results = [{**run_mode(mode, models.path(SMOL), rep=0, quick=True), "model": "smol"} for mode in PYSHIM_MODES]
+    by_mode = {r["mode"]: r for r in results}
+    together, in_turn = by_mode["pyshim-concurrent"], by_mode["pyshim-serialized"]
+    assert [(t["conversation"], t["turn"]) for t in in_turn["turns"]] == [(c, t) for t in (0, 1) for c in range(4)]
+    assert sorted((t["conversation"], t["turn"]) for t in together["turns"]) == sorted(
+        (c, t) for t in (0, 1) for c in range(4)
+    )
+    assert by_mode["pyshim-alone-nseq1"]["n_seq"] == 1 and by_mode["pyshim-alone-nseq4"]["n_turns"] == 2
+    assert all(r["wall_s"] > 0 and r["decode_tps"] > 0 and r["n_gen"] >= r["n_turns"] for r in results)
+    for t in together["turns"]:  # each session kept its slot: its second turn reuses its first
+        assert t["turn"] == 0 or t["n_evaluated"] < t["n_prompt"]
+    text = report(
+        {
+            "command": "test",
+            "machine": "here",
+            "when": "now",
+            "threads": 2,
+            "models": ["smol"],
+            "modes": PYSHIM_MODES,
+            "reps": 1,
+            "n_sessions": 4,
+            "max_tokens": 4,
+            "n_ctx": 4096,
+            "results": results,
+        }
+    )
+    assert all(f"| smol | {mode} |" in text for mode in PYSHIM_MODES)
+    assert "| smol | pyshim-concurrent / pyshim-serialized |" in text
+    assert "| smol | pyshim-alone-nseq4 / pyshim-alone-nseq1 |" in text and "llama-server-np4 /" not in text

@@ -1,0 +1,356 @@
+# bench/concurrent.py owns the "4 agent sessions at once on one handle" benchmark: its modes,
+# the threads that drive them, and its report (docs/bench-concurrent.md and .json).
+"""Four agent sessions at once on one handle, against the same four taken in turn and llama-server.
+
+    python -m bench.concurrent [--models M ...] [--modes MODE ...] [--reps 3]
+        [--out docs/bench-concurrent.md] [--quick]
+
+The sessions are the agent conversations of ``bench.peers``' interleaved workload (4 desks,
+6 tool-calling turns each, the ~500-token brief, up to 16 tokens written per turn, greedy).
+Modes, each (repetition, model, mode) in a process of its own:
+
+- ``pyshim-concurrent``: one ``pyshim.Model`` with n_seq 4; 4 threads, each running one
+  session's turns, each naming its own ``session`` (so each keeps a slot).
+- ``pyshim-serialized``: the same 4 sessions on one n_seq-4 handle, one thread taking their
+  turns round-robin (turn 1 of each, then turn 2 of each, ...).
+- ``llama-server-np4``: llama-server with ``-np 4`` and 4 client threads (it routes requests
+  to slots itself, as it does for any OpenAI client).
+- ``pyshim-alone-nseq4`` / ``pyshim-alone-nseq1``: session 1 alone, on an n_seq-4 and an
+  n_seq-1 handle: what one call costs when nothing else runs.
+
+Every mode is driven from threads other than the main one (pyshim's main-thread path hands
+each call to a worker thread, for Ctrl-C), so the modes differ only in what they measure.
+Repetition k of every mode runs before repetition k+1 of any, so the ratios pair
+measurements taken close together; the report gives each ratio's median and min–max over
+the repetitions. ``--quick`` (the smallest catalogue model, 2 turns, 4 tokens, 1
+repetition; llama-server only where it is built) checks the harness only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.peers import MODELS, desk_conversations, machine, session, session_max_tokens, worker
+from bench.systems import PEERS, THREADS, LlamaServer, Pyshim, System, Turn, open_system
+
+ROOT = Path(__file__).resolve().parent.parent
+CANONICAL = ROOT / "docs" / "bench-concurrent.md"
+QUICK_MODEL = "smollm2-135m-instruct"  # the smallest catalogue model
+N_SESSIONS = 4
+N_CTX = 4096  # per slot (llama-server gets n_seq times this), as bench.peers' interleaved workload
+MODES = ["pyshim-concurrent", "pyshim-serialized", "llama-server-np4", "pyshim-alone-nseq4", "pyshim-alone-nseq1"]
+PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim")]
+
+# Each ratio is subject / baseline, from the same repetition.
+COMPARISONS = [
+    ("pyshim-concurrent", "pyshim-serialized"),
+    ("llama-server-np4", "pyshim-concurrent"),
+    ("pyshim-alone-nseq4", "pyshim-alone-nseq1"),
+]
+RATIOS = [  # (summary key, column heading)
+    ("wall_s", "total wall"),
+    ("decode_tps", "aggregate decode tok/s"),
+    ("turn_latency_s", "median turn latency"),
+    ("turn_decode_tps", "median per-turn decode tok/s"),
+]
+
+
+class Pinned:
+    """One agent session's view of a shared system: its pyshim turns name the session (the
+    ``session`` option), so its conversation keeps a slot of its own. llama-server's turns
+    name none: the server routes them by prompt, as it does for any OpenAI client."""
+
+    def __init__(self, system: System, session: str) -> None:
+        self.system, self.session = system, session
+        self.name, self.info = system.name, system.info
+
+    def turn(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        max_tokens: int,
+        ignore_eos: bool = False,
+    ) -> Turn:
+        if isinstance(self.system, Pyshim):
+            return self.system.turn(messages, tools, max_tokens, ignore_eos, session=self.session)
+        return self.system.turn(messages, tools, max_tokens, ignore_eos)
+
+
+# A lane is the turns one thread takes in order: (session index, turn index, its prompt).
+Lane = list[tuple[int, int, list[dict[str, Any]]]]
+
+
+def lanes_for(mode: str, convs: list[list[list[dict[str, Any]]]]) -> list[Lane]:
+    if mode.startswith("pyshim-alone"):
+        return [[(0, t, p) for t, p in enumerate(convs[0])]]
+    if mode == "pyshim-serialized":
+        return [[(c, t, convs[c][t]) for t in range(len(convs[0])) for c in range(len(convs))]]
+    return [[(c, t, p) for t, p in enumerate(conv)] for c, conv in enumerate(convs)]  # a thread per session
+
+
+def drive(system: System, lanes: list[Lane], max_tokens: int) -> tuple[float, list[dict[str, Any]]]:
+    """Every lane on a thread of its own, all released at once: (seconds from the release to
+    the last turn's end, every turn's row with its session, turn and start/end times)."""
+    views = {c: Pinned(system, f"desk-{c + 1}") for lane in lanes for c, _, _ in lane}
+    start: list[float] = []
+    gate = threading.Barrier(len(lanes), action=lambda: start.append(time.perf_counter()))
+
+    def run(lane: Lane) -> list[dict[str, Any]]:
+        gate.wait()
+        rows = []
+        for c, t, messages in lane:
+            t0 = time.perf_counter()
+            (row,) = session(views[c], [messages], max_tokens)
+            rows.append({**row, "conversation": c, "turn": t, "start_s": t0 - start[0]})
+            rows[-1]["end_s"] = time.perf_counter() - start[0]
+        return rows
+
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        per_lane = [f.result() for f in [pool.submit(run, lane) for lane in lanes]]
+    rows = sorted((r for lane in per_lane for r in lane), key=lambda r: r["start_s"])
+    return max(r["end_s"] for r in rows), rows
+
+
+def summarize(wall: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A mode's figures: its wall; decoded tokens over that wall (aggregate); the prompt
+    tokens it evaluated; each turn's latency (as its client saw it, waiting included) and
+    decode rate after the first token; calls in flight on average (turn time / wall)."""
+    n_gen = sum(r["n_gen"] for r in rows)
+    rates = [(r["n_gen"] - 1) / (r["total_s"] - r["ttft_s"]) for r in rows if r["n_gen"] > 1]
+    evaluated = [r["n_evaluated"] for r in rows]
+    return {
+        "wall_s": wall,
+        "n_turns": len(rows),
+        "n_gen": n_gen,
+        "decode_tps": n_gen / wall,
+        "n_evaluated": None if None in evaluated else sum(evaluated),
+        "turn_latency_s": statistics.median(r["total_s"] for r in rows),
+        "turn_decode_tps": statistics.median(rates) if rates else None,
+        "in_flight": sum(r["total_s"] for r in rows) / wall,
+    }
+
+
+def run_mode(mode: str, model: Path, rep: int, quick: bool) -> dict[str, Any]:
+    """One repetition of one mode on a freshly opened system, in this process."""
+    n_seq = 1 if mode.endswith("nseq1") else N_SESSIONS
+    system = open_system("llama-server" if mode.startswith("llama-server") else "pyshim", model, N_CTX, n_seq)
+    try:
+        system.turn([{"role": "user", "content": "Warm up: say OK."}], None, 2)  # page the weights in
+        system.clear_cache()
+        convs = desk_conversations(rep + 1, N_SESSIONS, quick)
+        wall, rows = drive(system, lanes_for(mode, convs), session_max_tokens(quick))
+        rss = system.peak_rss_mib() if isinstance(system, LlamaServer) else None
+    finally:
+        system.close()
+    if rss is None:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mode": mode, "rep": rep, "n_seq": n_seq, "peak_rss_mib": rss, "turns": rows, **summarize(wall, rows)}
+
+
+def modes_to_run(args: argparse.Namespace) -> list[str]:
+    modes = list(args.modes)
+    if "llama-server-np4" in modes and not (PEERS / "llama-server").exists():
+        if not args.quick:
+            raise SystemExit(f"{PEERS / 'llama-server'} is not built: `make peers` builds it")
+        modes.remove("llama-server-np4")
+        print("llama-server is not built: skipping llama-server-np4", flush=True)
+    return modes
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement of one report, in this invocation: repetition by repetition, each
+    (model, mode) in a process of its own."""
+    from pyshim import models
+
+    modes = modes_to_run(args)
+    data: dict[str, Any] = {
+        "command": "python -m bench.concurrent " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "when": time.strftime("%Y-%m-%d"),
+        "threads": THREADS,
+        "models": args.models,
+        "modes": modes,
+        "reps": args.reps,
+        "quick": args.quick,
+        "n_sessions": N_SESSIONS,
+        "max_tokens": session_max_tokens(args.quick),
+        "n_ctx": N_CTX,
+        "results": [],
+    }
+    paths = {m: models.path(m) for m in args.models}
+    for rep in range(args.reps):
+        for m in args.models:
+            for mode in modes:
+                t0 = time.monotonic()
+                r = worker("bench.concurrent", {"mode": mode, "model": str(paths[m]), "rep": rep, "quick": args.quick})
+                data["results"].append({**r, "model": m})
+                print(f"rep {rep + 1} {m} {mode}: {time.monotonic() - t0:.0f} s", flush=True)
+    return data
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def find(data: dict[str, Any], model: str, mode: str) -> list[dict[str, Any]]:
+    """A (model, mode)'s repetitions, in order."""
+    return sorted((r for r in data["results"] if r["model"] == model and r["mode"] == mode), key=lambda r: r["rep"])
+
+
+def spread(values: list[float]) -> str:
+    """ "median (min–max)" of a figure over the repetitions."""
+    if not values:
+        return "n/a"
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    counts = all(isinstance(v, int) for v in values) and med == int(med)
+    digits = 0 if counts else 2 if hi < 10 else 1 if hi < 100 else 0
+    text = f"{med:.{digits}f}"
+    return text if len(values) == 1 else f"{text} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def ratios(data: dict[str, Any], model: str, subject: str, baseline: str) -> dict[str, list[float]] | None:
+    """Each figure of RATIOS as subject / baseline, one ratio per repetition both ran."""
+    mine, base = find(data, model, subject), find(data, model, baseline)
+    pairs = [(s, b) for s in mine for b in base if s["rep"] == b["rep"]]
+    if not pairs:
+        return None
+    return {k: [s[k] / b[k] for s, b in pairs if s[k] and b[k]] for k, _ in RATIOS}
+
+
+def ratio_text(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    text = f"{statistics.median(values):.2f}×"
+    if len(values) > 1:
+        text += f" ({min(values):.2f}–{max(values):.2f})"
+    return text + (" ·" if min(values) <= 1.0 <= max(values) else "")
+
+
+def ratio_table(data: dict[str, Any]) -> list[str]:
+    out = [
+        f"## Ratios: subject / baseline (per-repetition ratios: median, min–max over {data['reps']})",
+        "",
+        "Each ratio divides the subject's figure by the baseline's from the same repetition. A wall or "
+        "latency ratio below 1 and a tokens/s ratio above 1 favour the subject; · marks a ratio whose "
+        "spread over the repetitions includes 1 (no difference the run can resolve).",
+        "",
+        "| model | subject / baseline | " + " | ".join(h for _, h in RATIOS) + " |",
+        "|---|---|" + "---:|" * len(RATIOS),
+    ]
+    for m in data["models"]:
+        for subject, baseline in COMPARISONS:
+            if (rs := ratios(data, m, subject, baseline)) is not None:
+                cells = " | ".join(ratio_text(rs[k]) for k, _ in RATIOS)
+                out.append(f"| {m} | {subject} / {baseline} | {cells} |")
+    return [*out, ""]
+
+
+def mode_table(data: dict[str, Any]) -> list[str]:
+    out = [
+        f"## Per mode (median of {data['reps']} repetitions, min–max)",
+        "",
+        "| model | mode | n_seq | turns | total wall s | decoded tokens | aggregate decode tok/s "
+        "| prompt tokens evaluated | median turn latency ms | median per-turn decode tok/s "
+        "| calls in flight | peak RSS MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in data["models"]:
+        for mode in data["modes"]:
+            if not (runs := find(data, m, mode)):
+                continue
+
+            def col(key: str, scale: float = 1, runs: list[dict[str, Any]] = runs) -> str:
+                return spread([scale * r[key] for r in runs if r[key] is not None])
+
+            out.append(
+                f"| {m} | {mode} | {runs[0]['n_seq']} | {runs[0]['n_turns']} | {col('wall_s')} | {col('n_gen')} "
+                f"| {col('decode_tps')} | {col('n_evaluated')} | {col('turn_latency_s', 1000)} "
+                f"| {col('turn_decode_tps')} | {col('in_flight')} | {col('peak_rss_mib')} |"
+            )
+    return [*out, ""]
+
+
+def report(data: dict[str, Any]) -> str:
+    out = [
+        "# Four agent sessions at once on one handle",
+        "",
+        f"Produced by one invocation of `{data['command']}` on {data['machine']}; {data['when']}: every "
+        f"figure below comes from that run. {data['n_sessions']} sessions of bench.peers' interleaved agent "
+        f"conversations, up to {data['max_tokens']} tokens per turn, greedy, {data['threads']} threads, "
+        f"{data['n_ctx']} tokens of context per slot; each (repetition, model, mode) in a process of its own, "
+        "repetition k of every mode before repetition k+1 of any.",
+        "",
+    ]
+    out += ratio_table(data)
+    out += mode_table(data)
+    out += [
+        "## Reading the results",
+        "",
+        "- **Total wall** runs from the moment every thread of the mode is released to the end of its last "
+        "turn; **aggregate decode tok/s** is every token decoded in the mode over that wall. The sessions, "
+        "prompts and greedy sampling are the same in every mode, so the decoded tokens should match "
+        "(compare the column).",
+        "- **Turn latency** is a turn's wall as its client saw it: with 4 threads on one handle it includes "
+        "waiting for the other sessions' calls. **Per-turn decode tok/s** counts the tokens after the first "
+        "over the time after the first, so it is decoding alone (and, concurrently, whatever shares it).",
+        "- **Calls in flight** is the turns' summed wall over the mode's wall: about 1 when calls run one "
+        "at a time, up to 4 when the 4 sessions' calls overlap. Where it is near 4 but the wall ratio "
+        "concurrent / serialized is near 1, the calls were in flight together but served one at a time.",
+        "- **Prompt tokens evaluated** are those not taken from a cache. pyshim pins each session to a slot "
+        "(`session` option); llama-server routes each request to a slot itself, so a turn it sends to "
+        "another session's slot shows here as more tokens evaluated.",
+        "- **Alone, n_seq 4 vs n_seq 1** is session 1 by itself on each handle: the price one call pays for "
+        "a handle that could serve 4 (the ratios should be 1.00×).",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def output_path(args: argparse.Namespace, when: str) -> Path:
+    """--out, except that a partial run (--quick, or not every model and mode) never replaces
+    the full report: it writes one of its own, dated."""
+    partial = args.quick or set(args.models) != set(MODELS) or set(args.modes) != set(MODES)
+    if partial and args.out.resolve() == CANONICAL.resolve():
+        out = args.out.with_name(f"{args.out.stem}-partial-{when}{args.out.suffix}")
+        print(f"partial run (--quick, or not every model and mode): writing {out}", flush=True)
+        return out
+    return args.out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+")
+    ap.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--quick", action="store_true", help="tiny sessions on the smallest model: checks the harness")
+    ap.add_argument("--out", type=Path, default=CANONICAL)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.worker:
+        spec = json.loads(args.worker)
+        result = run_mode(spec["mode"], Path(spec["model"]), spec["rep"], spec["quick"])
+        Path(args.worker_out).write_text(json.dumps(result))
+        return
+
+    args.models = args.models or ([QUICK_MODEL] if args.quick else MODELS)
+    args.reps = args.reps or (1 if args.quick else 3)
+    data = run_all(args)
+    text = report(data)
+    print(text)
+    out = output_path(args, data["when"])
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+// scheduler.cpp -- admission and the evaluator thread; see scheduler.h.
+
+#include "scheduler.h"
+
+#include <algorithm>
+
+namespace el {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// How long a step waits for the decoding calls that have not submitted their token yet
+// (they are turning the last one into text, or in a stream callback). Each one that misses
+// a step costs a whole extra step; one that blocks in its callback cannot hold the others
+// up for longer than this.
+constexpr auto kStepGrace = std::chrono::milliseconds(10);
+
+// How often a waiting call looks at its stop condition (el_cancel does not signal).
+constexpr auto kPoll = std::chrono::milliseconds(5);
+
+}  // namespace
+
+Scheduler::Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, bool threaded, StepFn step)
+    : mu_(mu), n_slots_(n_slots), max_step_(std::max<size_t>(1, max_step)), threaded_(threaded), step_fn_(std::move(step)) {
+    if (threaded_) {
+        evaluator_ = std::thread([this] { loop(); });
+    }
+}
+
+Scheduler::~Scheduler() {
+    if (evaluator_.joinable()) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            quit_ = true;
+        }
+        cv_.notify_all();
+        evaluator_.join();
+    }
+}
+
+bool Scheduler::admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop) {
+    const void * me = &lock;  // any address unique to this waiting call
+    arrivals_.push_back(me);
+    for (;;) {
+        if (stop()) {  // also when its turn came: a call cancelled while it waited never starts
+            arrivals_.erase(std::find(arrivals_.begin(), arrivals_.end(), me));
+            cv_.notify_all();
+            return false;
+        }
+        if (arrivals_.front() == me && running_ < n_slots_) {
+            break;
+        }
+        cv_.wait_for(lock, kPoll);
+    }
+    arrivals_.pop_front();
+    running_++;
+    cv_.notify_all();
+    return true;
+}
+
+void Scheduler::leave() {
+    running_--;
+    cv_.notify_all();
+}
+
+int32_t Scheduler::solo(std::unique_lock<std::mutex> & lock, const std::function<int32_t()> & fn) {
+    if (!threaded_) {
+        return fn();
+    }
+    Job job{&fn};
+    jobs_.push_back(&job);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return job.done; });
+    if (job.error) {
+        std::rethrow_exception(job.error);
+    }
+    return job.rc;
+}
+
+void Scheduler::enter_decode() { decoding_++; }
+
+void Scheduler::leave_decode() {
+    decoding_--;
+    cv_.notify_all();  // a step may have been waiting for this call's token
+}
+
+void Scheduler::step(std::unique_lock<std::mutex> & lock, Participant & p) {
+    p.done  = false;
+    p.error = nullptr;
+    if (pending_.empty()) {
+        first_pending_ = steady::now();
+    }
+    pending_.push_back(&p);
+    if (threaded_) {
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return p.done; });
+    } else {
+        run_step();
+    }
+    if (p.error) {
+        std::rethrow_exception(p.error);
+    }
+}
+
+void Scheduler::wait_a_little(std::unique_lock<std::mutex> & lock) { cv_.wait_for(lock, kPoll); }
+
+// A step runs once every decoding call has submitted its token, or when the grace period
+// of the oldest token ran out.
+bool Scheduler::step_ready() const {
+    return !pending_.empty() && (pending_.size() >= decoding_ || steady::now() >= first_pending_ + kStepGrace);
+}
+
+// Steps and prompt chunks alternate: right after a step no token is pending yet, so a
+// waiting chunk goes next, and the calls' next tokens form the step after it.
+void Scheduler::loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!quit_) {
+        if (step_ready()) {
+            run_step();
+        } else if (!jobs_.empty()) {
+            Job * job = jobs_.front();
+            jobs_.pop_front();
+            try {
+                job->rc = (*job->fn)();
+            } catch (...) {
+                job->error = std::current_exception();
+            }
+            job->done = true;
+            cv_.notify_all();
+        } else if (!pending_.empty()) {
+            cv_.wait_until(lock, first_pending_ + kStepGrace);
+        } else {
+            cv_.wait(lock);
+        }
+    }
+}
+
+// One batch of the oldest pending tokens (at most max_step), in sequence order: llama.cpp
+// puts consecutive sequences of a multi-stream cache into one ubatch.
+void Scheduler::run_step() {
+    const size_t n = std::min(pending_.size(), max_step_);
+    std::vector<Participant *> batch(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
+    pending_.erase(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
+    first_pending_ = steady::now();
+    std::sort(batch.begin(), batch.end(), [](const Participant * a, const Participant * b) { return a->seq < b->seq; });
+    for (Participant * p : batch) {
+        p->step_size = batch.size();
+    }
+    int32_t rc = 0;
+    std::exception_ptr error;
+    try {
+        rc = step_fn_(batch);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    for (Participant * p : batch) {
+        p->rc = rc;
+        if (error && !p->error) {
+            p->error = error;
+        }
+        p->done = true;
+    }
+    cv_.notify_all();
+}
+
+}  // namespace el

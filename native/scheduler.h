@@ -1,0 +1,97 @@
+// scheduler.h -- who runs next on a handle's context: the admission of calls (at most one
+// per slot, in arrival order) and, on handles with several slots, the evaluator thread that
+// runs every evaluation, combining the next token of every decoding call into one batch
+// (continuous batching), with prompt chunks of joining calls evaluated between those steps.
+//
+// Invariant: everything that touches the context runs under the handle's mutex, and a
+// step's logits are consumed (each participant's next token chosen, by `after`) before that
+// mutex is released, so no later batch overwrites logits a call has not read. One thread
+// runs every llama_decode of a concurrent handle, so ggml's OpenMP team stays warm.
+#pragma once
+
+#include "llama.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace el {
+
+class Scheduler {
+  public:
+    // One decoding call's token for the next step, and what to do once it is evaluated.
+    struct Participant {
+        llama_token                     tok = 0;
+        llama_seq_id                    seq = 0;
+        llama_pos                       pos = 0;
+        std::function<void(int32_t)>    after;    // row of the batch: read the logits, choose the next token
+        int32_t                         rc   = 0;  // llama_decode's status for the step
+        size_t                          step_size = 0;  // calls whose tokens the step evaluated
+        bool                            done = false;
+        std::exception_ptr              error;    // thrown by `after`, rethrown on the call's thread
+    };
+    // Evaluates one batch of one token per participant and calls each one's `after`.
+    using StepFn = std::function<int32_t(const std::vector<Participant *> &)>;
+
+    // `threaded`: run evaluations on an evaluator thread (handles with several slots);
+    // otherwise every evaluation runs inline on the calling thread, as one call at a time.
+    Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, bool threaded, StepFn step);
+    ~Scheduler();
+    Scheduler(const Scheduler &) = delete;
+    Scheduler & operator=(const Scheduler &) = delete;
+
+    // Wait until this call may start: at most n_slots calls run, admitted in arrival order.
+    // False if `stop` turned true first. `lock` holds the handle's mutex on entry and exit.
+    bool admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop);
+    void leave();  // a call admitted by admit() ended (mutex held)
+
+    // Run one evaluation (a prompt chunk) on the evaluator; returns fn's status.
+    int32_t solo(std::unique_lock<std::mutex> & lock, const std::function<int32_t()> & fn);
+
+    // Decoding calls: between enter_decode and leave_decode a call takes part in every
+    // step it submits a token to; step() returns once that token was evaluated.
+    void enter_decode();
+    void leave_decode();
+    void step(std::unique_lock<std::mutex> & lock, Participant & p);
+
+    // Wait a little for any change (a slot freed, a call ended), or notify of one.
+    void wait_a_little(std::unique_lock<std::mutex> & lock);
+    void notify() { cv_.notify_all(); }
+
+    bool concurrent() const { return threaded_; }
+
+  private:
+    struct Job {
+        const std::function<int32_t()> * fn;
+        int32_t                          rc   = 0;
+        bool                             done = false;
+        std::exception_ptr               error;
+    };
+    void loop();
+    bool step_ready() const;
+    void run_step();
+
+    std::mutex &                  mu_;
+    std::condition_variable       cv_;
+    const size_t                  n_slots_;
+    const size_t                  max_step_;
+    const bool                    threaded_;
+    StepFn                        step_fn_;
+    std::deque<const void *>      arrivals_;     // calls waiting for admission, oldest first
+    size_t                        running_  = 0;  // admitted calls
+    size_t                        decoding_ = 0;  // calls between enter_decode and leave_decode
+    std::vector<Participant *>    pending_;       // tokens submitted for the next step
+    std::chrono::steady_clock::time_point first_pending_{};
+    std::deque<Job *>             jobs_;          // prompt chunks waiting for the evaluator
+    bool                          quit_ = false;
+    std::thread                   evaluator_;
+};
+
+}  // namespace el
