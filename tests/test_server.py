@@ -305,8 +305,8 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
 
 def test_queued_disconnect_leaves_the_queue_and_spares_the_running_call(smol_url: str) -> None:
     c = client(smol_url)
-    runner, result = _in_thread(lambda: c.chat.completions.create(max_tokens=40, **LONG))
-    wait_for(lambda: health(smol_url)["running"], 10, "the first call to run")
+    runners = [_in_thread(lambda: c.chat.completions.create(max_tokens=40, **LONG)) for _ in range(2)]
+    wait_for(lambda: health(smol_url)["running"] == 2, 10, "two calls to run (one per slot)")
     # A raw socket: an HTTP client would wait for the response headers, which come only once it runs.
     body = json.dumps({"model": SMOL, "messages": [{"role": "user", "content": "Hi"}], "stream": True}).encode()
     host, port = smol_url.removeprefix("http://").split(":")
@@ -315,23 +315,44 @@ def test_queued_disconnect_leaves_the_queue_and_spares_the_running_call(smol_url
         queued.sendall(f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         wait_for(lambda: health(smol_url)["queued"] == 1, 5, "the second call to queue")
     wait_for(lambda: health(smol_url)["queued"] == 0, 5, "the abandoned call to leave the queue")
+    for runner, result in runners:
+        runner.join(300)
+        r = result[0]
+        assert not isinstance(r, Exception), r
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 40
+
+
+def test_a_disconnect_stops_only_its_own_running_call(smol_url: str) -> None:
+    """Two requests decode at once (two slots); the client of one goes away mid-stream: that
+    call stops, the other runs to its end, and the freed slot takes the next request."""
+    c = client(smol_url)
+    runner, result = _in_thread(lambda: c.chat.completions.create(max_tokens=60, **LONG))
+    stream = c.chat.completions.create(max_tokens=4000, stream=True, **LONG)
+    for n, _ in enumerate(stream):
+        if n == 3:
+            assert health(smol_url)["running"] == 2
+            break
+    stream.close()
+    wait_for(lambda: health(smol_url)["running"] <= 1, 15, "the abandoned generation to stop")
+    r = c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert r.choices[0].message.content
     runner.join(300)
-    r = result[0]
-    assert not isinstance(r, Exception), r
-    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 40
+    full = result[0]
+    assert not isinstance(full, Exception), full
+    assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 60
 
 
 def test_queue_bound_gives_503(smol_url: str) -> None:
     c = client(smol_url)
     short: dict[str, Any] = {"model": SMOL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    runner, _ = _in_thread(lambda: c.chat.completions.create(max_tokens=200, **LONG))
-    wait_for(lambda: health(smol_url)["running"], 10, "the first call to run")
+    runners = [_in_thread(lambda: c.chat.completions.create(max_tokens=200, **LONG)) for _ in range(2)]
+    wait_for(lambda: health(smol_url)["running"] == 2, 10, "two calls to run (one per slot)")
     waiting = [_in_thread(lambda: c.chat.completions.create(**short)) for _ in range(3)]
     wait_for(lambda: health(smol_url)["queued"] == 3, 10, "three calls to queue")
     with pytest.raises(openai.APIStatusError) as full:
         c.chat.completions.create(**short)
     assert full.value.status_code == 503
-    for t, out in [(runner, []), *waiting]:
+    for t, out in [*runners, *waiting]:
         t.join(300)
         assert not any(isinstance(o, Exception) for o in out), out
 
