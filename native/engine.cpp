@@ -30,8 +30,10 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-// evaluate()'s status when a remote server was lost (beside llama_decode's own codes).
+// evaluate()'s status when a remote server was lost (beside llama_decode's own codes),
+// and for a batch of calls that were in flight when another call found the backend dead.
 constexpr int32_t kRemoteLost = -100;
+constexpr int32_t kDead       = -101;
 
 double ms_since(steady::time_point t0) {
     return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
@@ -202,6 +204,9 @@ void Engine::create_context() {
 
 // llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal.
 void Engine::decode_failed(int32_t rc, const char * where) {
+    if (rc == kDead) {
+        throw std::runtime_error(dead_reason_);
+    }
     if (rc == kRemoteLost) {
         // The patched ggml-rpc failed the connection without touching anything else, so
         // freeing the context and model at el_close stays safe (remote buffers on the
@@ -315,6 +320,9 @@ void Engine::track(Call * call, bool in) {
 
 // llama_decode on batch_, whose tokens belong to `calls` (for the abort callback).
 int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
+    if (!dead_reason_.empty()) {
+        return kDead;  // nothing evaluated after the failure could be trusted
+    }
     const bool lost = std::any_of(calls.begin(), calls.end(), [](const Call * c) { return c->device_lost; });
     {
         std::lock_guard<std::mutex> lock(calls_mu_);
@@ -785,7 +793,7 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
         throw std::runtime_error("test hook: failure after prefill");
     }
     if (rc != 0) {
-        if (rc != kRemoteLost && (rc == 2 || should_stop(p.call))) {
+        if (rc != kRemoteLost && rc != kDead && (rc == 2 || should_stop(p.call))) {
             p.rep.finish_reason = "cancelled";
         } else {
             decode_failed(rc, "evaluating the prompt");
@@ -882,7 +890,7 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
         sched_->step(lock, d);
         p.rep.n_batched_max = std::max(p.rep.n_batched_max, d.step_size);
         if (d.rc != 0) {
-            if (d.rc != kRemoteLost && (d.rc == 2 || should_stop(p.call))) {
+            if (d.rc != kRemoteLost && d.rc != kDead && (d.rc == 2 || should_stop(p.call))) {
                 p.rep.finish_reason = "cancelled";
                 break;
             }

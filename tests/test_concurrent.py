@@ -4,6 +4,7 @@ cancel, timeouts, errors and close stay per call."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -195,3 +196,44 @@ def test_close_while_calls_run_concurrently() -> None:
     assert time.monotonic() - t0 < 30
     assert len(out) == 4
     assert out.count("cancelled") >= 3  # the three that ran; the fourth waited for a slot
+
+
+def test_device_loss_fails_every_call_in_flight(qwen_path: Any) -> None:
+    m = pyshim.Model(qwen_path, n_ctx=512, n_seq=2)
+    running: list[Any] = []
+
+    def run() -> None:
+        try:
+            running.append(long_call(m, max_tokens=4000))
+        except pyshim.ShimError as e:
+            running.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    with pytest.raises(pyshim.ShimError, match="device may be lost"):
+        m.generate(user("hi"), max_tokens=4, _test={"device_lost": True})
+    t.join(60)
+    assert isinstance(running[0], pyshim.ShimError) and "device may be lost" in str(running[0])
+    with pytest.raises(pyshim.ShimError, match="handle is dead"):
+        m.generate(user("hi"), max_tokens=4)
+    m.close()
+
+
+def test_stop_strings_and_grammars_stay_per_call() -> None:
+    schema = {"type": "object", "properties": {"n": {"const": 7}}, "required": ["n"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    with pyshim.Model(model_path(SMOL), n_ctx=1024, n_seq=3, temperature=0) as m:
+        count = user("Count from 1 to 20, separated by commas.")
+        alone = m.generate(count, max_tokens=60)["content"]
+        assert "5" in alone
+        stopped, free, shaped = at_once(
+            [
+                lambda: m.generate(count, max_tokens=60, stop=["5"]),
+                lambda: m.generate(count, max_tokens=60),
+                lambda: m.generate(user("Give me a number."), max_tokens=20, response_format=fmt),
+            ]
+        )
+        assert stopped["content"] == alone[: alone.index("5")]
+        assert "5" in free["content"]
+        assert json.loads(shaped["content"]) == {"n": 7}
