@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.peers import MODELS, desk_conversations, machine, session, session_max_tokens, worker
+from bench.peers import MODELS, desk_conversations, machine, session, worker
 from bench.systems import PEERS, THREADS, LlamaServer, Pyshim, System, Turn, open_system
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +49,11 @@ N_SESSIONS = 4
 N_CTX = 4096  # per slot (llama-server gets n_seq times this), as bench.peers' interleaved workload
 MODES = ["pyshim-concurrent", "pyshim-serialized", "llama-server-np4", "pyshim-alone-nseq4", "pyshim-alone-nseq1"]
 PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim")]
+
+# What each turn writes: an agent's next step (up to 16 tokens, as bench.peers' sessions: most of
+# the time is the prompt), or a written answer (a fixed 96 tokens: most of the time is decoding,
+# which is what batching calls together speeds up). (name: (tokens, quick tokens, ignore_eos))
+WORKLOADS: dict[str, tuple[int, int, bool]] = {"agent": (16, 4, False), "answers": (96, 8, True)}
 
 # Each ratio is subject / baseline, from the same repetition.
 COMPARISONS = [
@@ -97,7 +102,7 @@ def lanes_for(mode: str, convs: list[list[list[dict[str, Any]]]]) -> list[Lane]:
     return [[(c, t, p) for t, p in enumerate(conv)] for c, conv in enumerate(convs)]  # a thread per session
 
 
-def drive(system: System, lanes: list[Lane], max_tokens: int) -> tuple[float, list[dict[str, Any]]]:
+def drive(system: System, lanes: list[Lane], max_tokens: int, ignore_eos: bool) -> tuple[float, list[dict[str, Any]]]:
     """Every lane on a thread of its own, all released at once: (seconds from the release to
     the last turn's end, every turn's row with its session, turn and start/end times)."""
     views = {c: Pinned(system, f"desk-{c + 1}") for lane in lanes for c, _, _ in lane}
@@ -109,7 +114,7 @@ def drive(system: System, lanes: list[Lane], max_tokens: int) -> tuple[float, li
         rows = []
         for c, t, messages in lane:
             t0 = time.perf_counter()
-            (row,) = session(views[c], [messages], max_tokens)
+            (row,) = session(views[c], [messages], max_tokens, ignore_eos)
             rows.append({**row, "conversation": c, "turn": t, "start_s": t0 - start[0]})
             rows[-1]["end_s"] = time.perf_counter() - start[0]
         return rows
@@ -139,21 +144,30 @@ def summarize(wall: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_mode(mode: str, model: Path, rep: int, quick: bool) -> dict[str, Any]:
-    """One repetition of one mode on a freshly opened system, in this process."""
+def run_mode(mode: str, workload: str, model: Path, rep: int, quick: bool) -> dict[str, Any]:
+    """One repetition of one mode on one workload, on a freshly opened system, in this process."""
+    tokens, quick_tokens, ignore_eos = WORKLOADS[workload]
     n_seq = 1 if mode.endswith("nseq1") else N_SESSIONS
     system = open_system("llama-server" if mode.startswith("llama-server") else "pyshim", model, N_CTX, n_seq)
     try:
         system.turn([{"role": "user", "content": "Warm up: say OK."}], None, 2)  # page the weights in
         system.clear_cache()
         convs = desk_conversations(rep + 1, N_SESSIONS, quick)
-        wall, rows = drive(system, lanes_for(mode, convs), session_max_tokens(quick))
+        wall, rows = drive(system, lanes_for(mode, convs), quick_tokens if quick else tokens, ignore_eos)
         rss = system.peak_rss_mib() if isinstance(system, LlamaServer) else None
     finally:
         system.close()
     if rss is None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"mode": mode, "rep": rep, "n_seq": n_seq, "peak_rss_mib": rss, "turns": rows, **summarize(wall, rows)}
+    return {
+        "mode": mode,
+        "workload": workload,
+        "rep": rep,
+        "n_seq": n_seq,
+        "peak_rss_mib": rss,
+        "turns": rows,
+        **summarize(wall, rows),
+    }
 
 
 def modes_to_run(args: argparse.Namespace) -> list[str]:
@@ -182,27 +196,29 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps,
         "quick": args.quick,
         "n_sessions": N_SESSIONS,
-        "max_tokens": session_max_tokens(args.quick),
+        "workloads": {w: (q if args.quick else t, e) for w, (t, q, e) in WORKLOADS.items()},
         "n_ctx": N_CTX,
         "results": [],
     }
     paths = {m: models.path(m) for m in args.models}
     for rep in range(args.reps):
         for m in args.models:
-            for mode in modes:
-                t0 = time.monotonic()
-                r = worker("bench.concurrent", {"mode": mode, "model": str(paths[m]), "rep": rep, "quick": args.quick})
-                data["results"].append({**r, "model": m})
-                print(f"rep {rep + 1} {m} {mode}: {time.monotonic() - t0:.0f} s", flush=True)
+            for w in WORKLOADS:
+                for mode in modes:
+                    t0 = time.monotonic()
+                    spec = {"mode": mode, "workload": w, "model": str(paths[m]), "rep": rep, "quick": args.quick}
+                    data["results"].append({**worker("bench.concurrent", spec), "model": m})
+                    print(f"rep {rep + 1} {m} {w} {mode}: {time.monotonic() - t0:.0f} s", flush=True)
     return data
 
 
 # -- report --------------------------------------------------------------------------
 
 
-def find(data: dict[str, Any], model: str, mode: str) -> list[dict[str, Any]]:
-    """A (model, mode)'s repetitions, in order."""
-    return sorted((r for r in data["results"] if r["model"] == model and r["mode"] == mode), key=lambda r: r["rep"])
+def find(data: dict[str, Any], model: str, workload: str, mode: str) -> list[dict[str, Any]]:
+    """A (model, workload, mode)'s repetitions, in order."""
+    rs = [r for r in data["results"] if (r["model"], r["workload"], r["mode"]) == (model, workload, mode)]
+    return sorted(rs, key=lambda r: r["rep"])
 
 
 def spread(values: list[float]) -> str:
@@ -216,9 +232,11 @@ def spread(values: list[float]) -> str:
     return text if len(values) == 1 else f"{text} ({lo:.{digits}f}–{hi:.{digits}f})"
 
 
-def ratios(data: dict[str, Any], model: str, subject: str, baseline: str) -> dict[str, list[float]] | None:
+def ratios(
+    data: dict[str, Any], model: str, workload: str, subject: str, baseline: str
+) -> dict[str, list[float]] | None:
     """Each figure of RATIOS as subject / baseline, one ratio per repetition both ran."""
-    mine, base = find(data, model, subject), find(data, model, baseline)
+    mine, base = find(data, model, workload, subject), find(data, model, workload, baseline)
     pairs = [(s, b) for s in mine for b in base if s["rep"] == b["rep"]]
     if not pairs:
         return None
@@ -242,14 +260,15 @@ def ratio_table(data: dict[str, Any]) -> list[str]:
         "latency ratio below 1 and a tokens/s ratio above 1 favour the subject; · marks a ratio whose "
         "spread over the repetitions includes 1 (no difference the run can resolve).",
         "",
-        "| model | subject / baseline | " + " | ".join(h for _, h in RATIOS) + " |",
-        "|---|---|" + "---:|" * len(RATIOS),
+        "| model | workload | subject / baseline | " + " | ".join(h for _, h in RATIOS) + " |",
+        "|---|---|---|" + "---:|" * len(RATIOS),
     ]
     for m in data["models"]:
-        for subject, baseline in COMPARISONS:
-            if (rs := ratios(data, m, subject, baseline)) is not None:
-                cells = " | ".join(ratio_text(rs[k]) for k, _ in RATIOS)
-                out.append(f"| {m} | {subject} / {baseline} | {cells} |")
+        for w in data["workloads"]:
+            for subject, baseline in COMPARISONS:
+                if (rs := ratios(data, m, w, subject, baseline)) is not None:
+                    cells = " | ".join(ratio_text(rs[k]) for k, _ in RATIOS)
+                    out.append(f"| {m} | {w} | {subject} / {baseline} | {cells} |")
     return [*out, ""]
 
 
@@ -257,21 +276,19 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     out = [
         f"## Per mode (median of {data['reps']} repetitions, min–max)",
         "",
-        "| model | mode | n_seq | turns | total wall s | decoded tokens | aggregate decode tok/s "
+        "| model | workload | mode | n_seq | turns | total wall s | decoded tokens | aggregate decode tok/s "
         "| prompt tokens evaluated | median turn latency ms | median per-turn decode tok/s "
         "| calls in flight | peak RSS MiB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for m in data["models"]:
-        for mode in data["modes"]:
-            if not (runs := find(data, m, mode)):
-                continue
+    for m, w, mode in ((m, w, mode) for m in data["models"] for w in data["workloads"] for mode in data["modes"]):
+        if runs := find(data, m, w, mode):
 
             def col(key: str, scale: float = 1, runs: list[dict[str, Any]] = runs) -> str:
                 return spread([scale * r[key] for r in runs if r[key] is not None])
 
             out.append(
-                f"| {m} | {mode} | {runs[0]['n_seq']} | {runs[0]['n_turns']} | {col('wall_s')} | {col('n_gen')} "
+                f"| {m} | {w} | {mode} | {runs[0]['n_seq']} | {runs[0]['n_turns']} | {col('wall_s')} | {col('n_gen')} "
                 f"| {col('decode_tps')} | {col('n_evaluated')} | {col('turn_latency_s', 1000)} "
                 f"| {col('turn_decode_tps')} | {col('in_flight')} | {col('peak_rss_mib')} |"
             )
@@ -284,7 +301,9 @@ def report(data: dict[str, Any]) -> str:
         "",
         f"Produced by one invocation of `{data['command']}` on {data['machine']}; {data['when']}: every "
         f"figure below comes from that run. {data['n_sessions']} sessions of bench.peers' interleaved agent "
-        f"conversations, up to {data['max_tokens']} tokens per turn, greedy, {data['threads']} threads, "
+        f"conversations, two workloads: **agent** (up to {data['workloads']['agent'][0]} tokens per turn, as "
+        f"bench.peers: mostly prompt) and **answers** (exactly {data['workloads']['answers'][0]} tokens per "
+        f"turn: mostly decoding); greedy, {data['threads']} threads, "
         f"{data['n_ctx']} tokens of context per slot; each (repetition, model, mode) in a process of its own, "
         "repetition k of every mode before repetition k+1 of any.",
         "",
@@ -338,7 +357,7 @@ def main() -> None:
 
     if args.worker:
         spec = json.loads(args.worker)
-        result = run_mode(spec["mode"], Path(spec["model"]), spec["rep"], spec["quick"])
+        result = run_mode(spec["mode"], spec["workload"], Path(spec["model"]), spec["rep"], spec["quick"])
         Path(args.worker_out).write_text(json.dumps(result))
         return
 

@@ -98,8 +98,12 @@ def test_concurrent_benchmark_harness_smoke() -> None:
     and the pyshim ratios. Its llama-server mode needs `make peers`, not `make test`."""
     from bench.concurrent import PYSHIM_MODES, report, run_mode
 
-    results = [{**run_mode(mode, models.path(SMOL), rep=0, quick=True), "model": "smol"} for mode in PYSHIM_MODES]
-    by_mode = {r["mode"]: r for r in results}
+    results = [
+        {**run_mode(mode, "agent", models.path(SMOL), rep=0, quick=True), "model": "smol"} for mode in PYSHIM_MODES
+    ]
+    results.append({**run_mode("pyshim-concurrent", "answers", models.path(SMOL), rep=0, quick=True), "model": "smol"})
+    assert all(t["n_gen"] == 8 for t in results[-1]["turns"])  # answers: a fixed length, end tokens ignored
+    by_mode = {r["mode"]: r for r in results if r["workload"] == "agent"}
     together, in_turn = by_mode["pyshim-concurrent"], by_mode["pyshim-serialized"]
     assert [(t["conversation"], t["turn"]) for t in in_turn["turns"]] == [(c, t) for t in (0, 1) for c in range(4)]
     assert sorted((t["conversation"], t["turn"]) for t in together["turns"]) == sorted(
@@ -119,11 +123,12 @@ def test_concurrent_benchmark_harness_smoke() -> None:
             "modes": PYSHIM_MODES,
             "reps": 1,
             "n_sessions": 4,
-            "max_tokens": 4,
+            "workloads": {"agent": (4, False), "answers": (8, True)},
             "n_ctx": 4096,
             "results": results,
         }
     )
-    assert all(f"| smol | {mode} |" in text for mode in PYSHIM_MODES)
-    assert "| smol | pyshim-concurrent / pyshim-serialized |" in text
-    assert "| smol | pyshim-alone-nseq4 / pyshim-alone-nseq1 |" in text and "llama-server-np4 /" not in text
+    assert all(f"| smol | agent | {mode} |" in text for mode in PYSHIM_MODES)
+    assert "| smol | answers | pyshim-concurrent |" in text
+    assert "| smol | agent | pyshim-concurrent / pyshim-serialized |" in text
+    assert "| smol | agent | pyshim-alone-nseq4 / pyshim-alone-nseq1 |" in text and "llama-server-np4 /" not in text
