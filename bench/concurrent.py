@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.peers import MODELS, desk_conversations, machine, session, worker
+from bench.peers import MODELS, TOOLS, desk_conversations, machine, session, worker
 from bench.systems import PEERS, THREADS, LlamaServer, Pyshim, System, Turn, open_system
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,9 @@ PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim")]
 
 # What each turn writes: an agent's next step (up to 16 tokens, as bench.peers' sessions: most of
 # the time is the prompt), or a written answer (a fixed 96 tokens: most of the time is decoding,
-# which is what batching calls together speeds up). (name: (tokens, quick tokens, ignore_eos))
+# which is what batching calls together speeds up). (name: (tokens, quick tokens, ignore_eos)).
+# Answers are asked for without tools: a fixed length past the end of a grammar-constrained tool
+# call is not something a model can write.
 WORKLOADS: dict[str, tuple[int, int, bool]] = {"agent": (16, 4, False), "answers": (96, 8, True)}
 
 # Each ratio is subject / baseline, from the same repetition.
@@ -114,7 +116,7 @@ def drive(system: System, lanes: list[Lane], max_tokens: int, ignore_eos: bool) 
         rows = []
         for c, t, messages in lane:
             t0 = time.perf_counter()
-            (row,) = session(views[c], [messages], max_tokens, ignore_eos)
+            (row,) = session(views[c], [messages], max_tokens, ignore_eos, None if ignore_eos else TOOLS)
             rows.append({**row, "conversation": c, "turn": t, "start_s": t0 - start[0]})
             rows[-1]["end_s"] = time.perf_counter() - start[0]
         return rows

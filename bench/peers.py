@@ -153,11 +153,15 @@ def overhead(system: System, reps: int, quick: bool = False, size: str = "4k") -
 
 
 def session(
-    system: System, prompts: list[list[dict[str, Any]]], max_tokens: int = 16, ignore_eos: bool = False
+    system: System,
+    prompts: list[list[dict[str, Any]]],
+    max_tokens: int = 16,
+    ignore_eos: bool = False,
+    tools: list[dict[str, Any]] | None = TOOLS,
 ) -> list[dict[str, Any]]:
     rows = []
     for messages in prompts:
-        t = system.turn(messages, TOOLS, max_tokens, ignore_eos)
+        t = system.turn(messages, tools, max_tokens, ignore_eos)
         rows.append(
             {
                 "ttft_s": t.ttft_s,

@@ -50,6 +50,63 @@ static void *cancel_later(void *h) {
     return NULL;
 }
 
+/* Concurrent calls on one handle with three slots: one per thread, "b" stopped alone. */
+struct concurrent_call {
+    el_handle *h;
+    const char *id;
+    char *result;
+};
+
+static void *generate_with_id(void *arg) {
+    struct concurrent_call *c = arg;
+    char opts[256];
+    snprintf(opts, sizeof opts, "{\"max_tokens\": 24, \"ignore_eos\": true, \"request_id\": \"%s\"}", c->id);
+    c->result = el_generate(c->h, LONG, NULL, opts);
+    return NULL;
+}
+
+static void concurrent_calls(const char *model) {
+    char config[4096];
+    snprintf(config, sizeof config, "{\"model\": \"%s\", \"n_ctx\": 512, \"n_seq\": 3, \"temperature\": 0}", model);
+    el_handle *h = el_open(config);
+    CHECK(h != NULL, "open with three slots");
+    if (h == NULL) {
+        return;
+    }
+    struct concurrent_call calls[3] = {{h, "a", NULL}, {h, "b", NULL}, {h, "c", NULL}};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        pthread_create(&t[i], NULL, generate_with_id, &calls[i]);
+    }
+    usleep(100 * 1000);
+    CHECK(el_cancel_request(h, "b") == 0, "cancel one request");
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+    }
+    CHECK(strstr(calls[1].result, "\"finish_reason\":\"cancelled\"") != NULL, "the cancelled request stopped");
+    for (int i = 0; i < 3; i += 2) {
+        CHECK(strstr(calls[i].result, "\"finish_reason\":\"length\"") != NULL &&
+                  strstr(calls[i].result, "\"n_decoded\":24") != NULL,
+              "the other requests ran to their end");
+    }
+    for (int i = 0; i < 3; i++) {
+        el_free(calls[i].result);
+    }
+    CHECK(el_cancel_request(h, NULL) == -1 && el_cancel_request(h, "") == -1, "cancel_request without an id");
+    CHECK(el_cancel_request(NULL, "a") == -1, "cancel_request NULL handle");
+    /* close while three calls run: each returns, el_close frees the handle */
+    for (int i = 0; i < 3; i++) {
+        pthread_create(&t[i], NULL, generate_with_id, &calls[i]);
+    }
+    usleep(100 * 1000);
+    CHECK(el_close(h) == 0, "close with calls in flight");
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(calls[i].result != NULL, "a call in flight at close returns");
+        el_free(calls[i].result);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]);
@@ -108,6 +165,8 @@ int main(int argc, char **argv) {
     CHECK(!is_error(r) && strstr(r, "\"n_ctx\":1024") != NULL, "stats");
     el_free(r);
     CHECK(el_reset(h) == 0, "reset");
+
+    concurrent_calls(argv[1]);
 
     /* misuse of handles */
     CHECK(el_close(h) == 0, "close");
