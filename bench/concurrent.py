@@ -66,6 +66,7 @@ COMPARISONS = [
 RATIOS = [  # (summary key, column heading)
     ("wall_s", "total wall"),
     ("decode_tps", "aggregate decode tok/s"),
+    ("step_tps", "decode tok/s in decode steps"),
     ("turn_latency_s", "median turn latency"),
     ("turn_decode_tps", "median per-turn decode tok/s"),
 ]
@@ -155,7 +156,9 @@ def run_mode(mode: str, workload: str, model: Path, rep: int, quick: bool) -> di
         system.turn([{"role": "user", "content": "Warm up: say OK."}], None, 2)  # page the weights in
         system.clear_cache()
         convs = desk_conversations(rep + 1, N_SESSIONS, quick)
+        before = engine_counts(system)
         wall, rows = drive(system, lanes_for(mode, convs), quick_tokens if quick else tokens, ignore_eos)
+        steps = engine_counts(system, before)
         rss = system.peak_rss_mib() if isinstance(system, LlamaServer) else None
     finally:
         system.close()
@@ -168,8 +171,20 @@ def run_mode(mode: str, workload: str, model: Path, rep: int, quick: bool) -> di
         "n_seq": n_seq,
         "peak_rss_mib": rss,
         "turns": rows,
+        "engine": steps,
+        "step_tps": steps["decode_tokens"] / steps["ms_decode_steps"] * 1000 if steps else None,
         **summarize(wall, rows),
     }
+
+
+def engine_counts(system: System, since: dict[str, float] | None = None) -> dict[str, float] | None:
+    """pyshim's own count of what its context evaluated (el_stats "evaluation"), minus `since`:
+    decode steps (one token of every running call each) and prompt batches, and the time they
+    took. None for llama-server."""
+    if not isinstance(system, Pyshim):
+        return None
+    now = system.model.stats()["evaluation"]
+    return {k: v - (since or {}).get(k, 0) for k, v in now.items()}
 
 
 def modes_to_run(args: argparse.Namespace) -> list[str]:
@@ -319,6 +334,10 @@ def report(data: dict[str, Any]) -> str:
         "turn; **aggregate decode tok/s** is every token decoded in the mode over that wall. The sessions, "
         "prompts and greedy sampling are the same in every mode, so the decoded tokens should match "
         "(compare the column).",
+        "- **Decode tok/s in decode steps** is pyshim's own count (el_stats `evaluation`): the tokens its decode "
+        "steps evaluated over the time llama_decode took for those steps, prompt chunks excluded. It is the "
+        "throughput of decoding itself, which batching the calls' tokens into one step is for; the wall figures "
+        "also hold the prompts, which a 2-core CPU evaluates at the same rate however they are scheduled.",
         "- **Turn latency** is a turn's wall as its client saw it: with 4 threads on one handle it includes "
         "waiting for the other sessions' calls. **Per-turn decode tok/s** counts the tokens after the first "
         "over the time after the first, so it is decoding alone (and, concurrently, whatever shares it).",

@@ -428,8 +428,12 @@ EL_API int el_forget(el_handle *handle, const char *session);
 ** context really computes attention with it, "auto" resolved; since 1.1),
 ** deterministic (since 1.2),
 ** cache (tokens resident, checkpoints held and their bytes, in
-** total and per slot, with each slot's session). Release with
-** el_free. {"error": ...} for an invalid handle.
+** total and per slot, with each slot's session and whether a call runs on
+** it), evaluation (since 1.3; counted since el_open: decode_steps and
+** decode_tokens, the batches of one token per running call and the tokens
+** in them, ms_decode_steps the time llama_decode took for them; likewise
+** prompt_batches, prompt_tokens, ms_prompt_batches for prompt chunks).
+** Release with el_free. {"error": ...} for an invalid handle.
 */
 EL_API char *el_stats(el_handle *handle);
 

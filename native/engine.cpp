@@ -355,7 +355,11 @@ int32_t Engine::evaluate(Call & call, std::unique_lock<std::mutex> & lock, const
                 batch_.seq_id[i][0] = call.cache->seq();
                 batch_.logits[i]    = logits_last && from + i == to - 1;
             }
-            const int32_t r = run_batch({&call});
+            const auto    t0 = steady::now();
+            const int32_t r  = run_batch({&call});
+            eval_.batches++;
+            eval_.batch_tokens += n;
+            eval_.ms_batches += ms_since(t0);
             if (r == 0) {
                 call.cache->append(toks.data() + from, n);
                 if (from + n == to && on_done) {
@@ -389,7 +393,11 @@ int32_t Engine::run_step(const std::vector<Scheduler::Participant *> & batch) {
         batch_.logits[i]    = true;
         calls.push_back(static_cast<const Decoding *>(p)->call);
     }
+    const auto    t0 = steady::now();
     const int32_t rc = run_batch(calls);
+    eval_.steps++;
+    eval_.step_tokens += batch.size();
+    eval_.ms_steps += ms_since(t0);
     if (rc == 0) {
         for (size_t i = 0; i < batch.size(); i++) {
             try {
@@ -974,6 +982,12 @@ json Engine::stats() const {
         {"rpc", rpc_.endpoints()},
         {"devices", device_names()},
         {"cache", slots_->stats()},
+        {"evaluation", {{"decode_steps", eval_.steps},
+                        {"decode_tokens", eval_.step_tokens},
+                        {"ms_decode_steps", eval_.ms_steps},
+                        {"prompt_batches", eval_.batches},
+                        {"prompt_tokens", eval_.batch_tokens},
+                        {"ms_prompt_batches", eval_.ms_batches}}},
         {"abi_version", EL_ABI_VERSION},
     };
 }

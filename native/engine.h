@@ -138,6 +138,12 @@ class Engine {
     std::mutex                calls_mu_;
     std::vector<Call *>       in_flight_;
     std::vector<const Call *> evaluating_;
+    // What the context evaluated, for el_stats: decode steps (one token per call in it) and
+    // prompt batches, with the time llama_decode took for them. Under mu.
+    struct {
+        uint64_t steps = 0, step_tokens = 0, batches = 0, batch_tokens = 0;
+        double   ms_steps = 0, ms_batches = 0;
+    } eval_;
     static constexpr size_t   kRemembered = 64;
     std::deque<std::string>   cancelled_ids_;  // most recent last
     RpcLink                   rpc_;           // remote devices (config "rpc"); inactive without

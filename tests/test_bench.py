@@ -111,6 +111,7 @@ def test_concurrent_benchmark_harness_smoke() -> None:
     )
     assert by_mode["pyshim-alone-nseq1"]["n_seq"] == 1 and by_mode["pyshim-alone-nseq4"]["n_turns"] == 2
     assert all(r["wall_s"] > 0 and r["decode_tps"] > 0 and r["n_gen"] >= r["n_turns"] for r in results)
+    assert all(r["step_tps"] > 0 and r["engine"]["decode_tokens"] > 0 for r in results)  # el_stats "evaluation"
     for t in together["turns"]:  # each session kept its slot: its second turn reuses its first
         assert t["turn"] == 0 or t["n_evaluated"] < t["n_prompt"]
     text = report(
