@@ -17,6 +17,8 @@ Modes, each (repetition, model, mode) in a process of its own:
   to slots itself, as it does for any OpenAI client).
 - ``pyshim-alone-nseq4`` / ``pyshim-alone-nseq1``: session 1 alone, on an n_seq-4 and an
   n_seq-1 handle: what one call costs when nothing else runs.
+- ``pyshim-concurrent-fa-off`` / ``pyshim-serialized-fa-off``: the first two with flash attention
+  off (answers workload only).
 
 Every mode is driven from threads other than the main one (pyshim's main-thread path hands
 each call to a worker thread, for Ctrl-C), so the modes differ only in what they measure.
@@ -47,8 +49,19 @@ CANONICAL = ROOT / "docs" / "bench-concurrent.md"
 QUICK_MODEL = "smollm2-135m-instruct"  # the smallest catalogue model
 N_SESSIONS = 4
 N_CTX = 4096  # per slot (llama-server gets n_seq times this), as bench.peers' interleaved workload
-MODES = ["pyshim-concurrent", "pyshim-serialized", "llama-server-np4", "pyshim-alone-nseq4", "pyshim-alone-nseq1"]
-PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim")]
+MODES = [
+    "pyshim-concurrent",
+    "pyshim-serialized",
+    "llama-server-np4",
+    "pyshim-alone-nseq4",
+    "pyshim-alone-nseq1",
+    "pyshim-concurrent-fa-off",
+    "pyshim-serialized-fa-off",
+]
+# The "-fa-off" pair runs with flash_attn "off" (llama.cpp's default, auto, turns it on for CPUs,
+# and it decodes slower at depth on qwen2.5: README), on the answers workload only.
+FA_OFF_MODES = [m for m in MODES if m.endswith("-fa-off")]
+PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim") and m not in FA_OFF_MODES]
 
 # What each turn writes: an agent's next step (up to 16 tokens, as bench.peers' sessions: most of
 # the time is the prompt), or a written answer (a fixed 96 tokens: most of the time is decoding,
@@ -62,6 +75,7 @@ COMPARISONS = [
     ("pyshim-concurrent", "pyshim-serialized"),
     ("llama-server-np4", "pyshim-concurrent"),
     ("pyshim-alone-nseq4", "pyshim-alone-nseq1"),
+    ("pyshim-concurrent-fa-off", "pyshim-serialized-fa-off"),
 ]
 RATIOS = [  # (summary key, column heading)
     ("wall_s", "total wall"),
@@ -100,7 +114,7 @@ Lane = list[tuple[int, int, list[dict[str, Any]]]]
 def lanes_for(mode: str, convs: list[list[list[dict[str, Any]]]]) -> list[Lane]:
     if mode.startswith("pyshim-alone"):
         return [[(0, t, p) for t, p in enumerate(convs[0])]]
-    if mode == "pyshim-serialized":
+    if mode.startswith("pyshim-serialized"):
         return [[(c, t, convs[c][t]) for t in range(len(convs[0])) for c in range(len(convs))]]
     return [[(c, t, p) for t, p in enumerate(conv)] for c, conv in enumerate(convs)]  # a thread per session
 
@@ -151,7 +165,8 @@ def run_mode(mode: str, workload: str, model: Path, rep: int, quick: bool) -> di
     """One repetition of one mode on one workload, on a freshly opened system, in this process."""
     tokens, quick_tokens, ignore_eos = WORKLOADS[workload]
     n_seq = 1 if mode.endswith("nseq1") else N_SESSIONS
-    system = open_system("llama-server" if mode.startswith("llama-server") else "pyshim", model, N_CTX, n_seq)
+    name = "llama-server" if mode.startswith("llama-server") else "pyshim-fa-off" if mode in FA_OFF_MODES else "pyshim"
+    system = open_system(name, model, N_CTX, n_seq)
     try:
         system.turn([{"role": "user", "content": "Warm up: say OK."}], None, 2)  # page the weights in
         system.clear_cache()
@@ -221,7 +236,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     for rep in range(args.reps):
         for m in args.models:
             for w in WORKLOADS:
-                for mode in modes:
+                for mode in (m for m in modes if w == "answers" or m not in FA_OFF_MODES):
                     t0 = time.monotonic()
                     spec = {"mode": mode, "workload": w, "model": str(paths[m]), "rep": rep, "quick": args.quick}
                     data["results"].append({**worker("bench.concurrent", spec), "model": m})
@@ -347,6 +362,9 @@ def report(data: dict[str, Any]) -> str:
         "- **Prompt tokens evaluated** are those not taken from a cache. pyshim pins each session to a slot "
         "(`session` option); llama-server routes each request to a slot itself, so a turn it sends to "
         "another session's slot shows here as more tokens evaluated.",
+        "- **-fa-off** modes are the concurrent and serialized pyshim modes with `flash_attn` off, on the "
+        "answers workload: llama.cpp's default (auto, on for CPUs) decodes slower at depth on qwen2.5, and more "
+        "so with four sequences in a step.",
         "- **Alone, n_seq 4 vs n_seq 1** is session 1 by itself on each handle: the price one call pays for "
         "a handle that could serve 4 (the ratios should be 1.00×).",
         "",
