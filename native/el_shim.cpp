@@ -12,9 +12,11 @@
 //   3. slots.cpp picks the conversation slot, and prompt_cache.cpp reuses the longest
 //      prefix of the prompt that the KV cache really holds, trimming or restoring a
 //      checkpoint;
-//   4. engine.cpp evaluates the rest and samples (common/sampling), streaming deltas
-//      through delta_stream.cpp; with remote devices, rpc.cpp probes the servers and
-//      turns a lost one into a dead handle;
+//   4. engine.cpp prefills the rest and runs the decode loop, sampling (common/sampling)
+//      and streaming deltas through delta_stream.cpp; evaluation.cpp runs every
+//      llama_decode, in turns that scheduler.cpp gives out (with n_seq >= 2 one decode
+//      step carries every running call's next token); with remote devices, rpc.cpp
+//      probes the servers and turns a lost one into a dead handle;
 //   5. result.cpp parses the text back into content, reasoning and tool calls
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),
 //      sets aside calls whose arguments fail their schema (schema_check.cpp), and

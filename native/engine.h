@@ -20,6 +20,7 @@
 #include "token_cache.h"
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,11 @@
 struct common_sampler;
 
 namespace el {
+
+// Milliseconds since t0, for the timings a call and el_stats report.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 struct Request;
 struct CallReport;
@@ -89,13 +95,13 @@ class Engine {
     };
     struct Prepared;  // run()'s parsed request, sampler and report (engine.cpp)
 
+    // evaluate()'s status when a remote server was lost (beside llama_decode's own codes),
+    // and for a batch of calls that were in flight when another call found the backend dead.
+    static constexpr int32_t kRemoteLost = -100;
+    static constexpr int32_t kDead       = -101;
+
     void load_model();
     void create_context();
-    bool should_stop(const Call & c) const;
-    template <typename Calls> bool all_stop(const Calls & calls) const;
-    static bool abort_callback(void * data);
-    [[noreturn]] void decode_failed(int32_t rc, const char * where);
-    int32_t check_remote(int32_t rc);
     static std::string new_call_id();
 
     // The steps of run(), in order.
@@ -112,6 +118,12 @@ class Engine {
     void probe(const Request & req, const Call & call, CallReport & rep);
     void plant_corruption(Prepared & p, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & before);
 
+    // The evaluation side (evaluation.cpp): every llama_decode, and what may stop one.
+    bool should_stop(const Call & c) const;
+    template <typename Calls> bool all_stop(const Calls & calls) const;
+    static bool abort_callback(void * data);
+    [[noreturn]] void decode_failed(int32_t rc, const char * where);
+    int32_t check_remote(int32_t rc);
     int32_t evaluate(Call & call, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & toks,
                      size_t from, size_t to, bool logits_last, const std::function<void(size_t)> & progress = nullptr,
                      const std::function<void()> & on_done = nullptr);

@@ -1,0 +1,168 @@
+// fa_kernel_test.cpp -- ggml's CPU flash attention (with native/patches/ggml-cpu-fa-blocked-decode.patch)
+// against attention computed in double precision from the same rounded inputs.
+//
+// Invariant checked: for one query row per head (decode) and for a few rows (a short prompt),
+// at cache depths on both sides of the blocked path's 512-cell threshold, with grouped-query
+// heads, several sequences, masked cells (a whole masked block included), logit soft-capping
+// and 1, 2 or 3 threads (ggml's split-KV path and its per-row path), every output value is
+// within `tol` of the exact result. The blocked path sums in F32 (measured error < 1e-6), so
+// its tolerance is tight enough that dropping one cell of a thousand fails; the per-cell loop
+// it leaves in place keeps an F16 accumulator (measured error ~2e-3), and is held to F16's
+// precision.
+//
+// Usage: el_fa_kernel_test   (exit 0 when every case passes; one line per case)
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace {
+
+struct Case {
+    const char * name;
+    int   d;         // values per head (K and V)
+    int   heads;     // query heads
+    int   kv_heads;  // K/V heads (grouped-query attention when fewer)
+    int   rows;      // query rows per head
+    int   cells;     // cache cells
+    int   valid;     // cells not masked (the rest are -inf, as an unused cache tail is)
+    int   streams;   // sequences, each with its own cache (llama.cpp's non-unified cache)
+    float softcap;
+    int   threads;
+    float tol;       // max |error| allowed
+};
+
+float round_f16(float x) { return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x)); }
+
+// Exact attention of one query row over its cells, from the F16-rounded inputs ggml reads
+// (the CPU kernel rounds Q to F16 for its K dot).
+void reference(const Case & c, const std::vector<float> & q, const std::vector<float> & k, const std::vector<float> & v,
+               const std::vector<float> & mask, int s, int h, int r, std::vector<double> & out) {
+    const int    hk    = h / (c.heads / c.kv_heads);
+    const double scale = 1.0 / std::sqrt((double) c.d) / (c.softcap != 0 ? c.softcap : 1.0);
+    std::vector<double> p(c.cells, 0.0);
+    double m = -INFINITY;
+    for (int i = 0; i < c.cells; i++) {
+        const float mv = mask[((size_t) s * c.rows + r) * c.cells + i];
+        if (mv == -INFINITY) {
+            p[i] = -INFINITY;
+            continue;
+        }
+        double dot = 0;
+        for (int j = 0; j < c.d; j++) {
+            dot += (double) round_f16(q[(((size_t) s * c.heads + h) * c.rows + r) * c.d + j]) *
+                   k[(((size_t) s * c.kv_heads + hk) * c.cells + i) * c.d + j];
+        }
+        double x = dot * scale;
+        if (c.softcap != 0) {
+            x = c.softcap * std::tanh(x);
+        }
+        p[i] = x + mv;
+        m    = std::max(m, p[i]);
+    }
+    double sum = 0;
+    for (double & x : p) {
+        x = x == -INFINITY ? 0.0 : std::exp(x - m);
+        sum += x;
+    }
+    out.assign(c.d, 0.0);
+    for (int i = 0; i < c.cells; i++) {
+        for (int j = 0; j < c.d; j++) {
+            out[j] += p[i] / sum * v[(((size_t) s * c.kv_heads + hk) * c.cells + i) * c.d + j];
+        }
+    }
+}
+
+// Fill an F16 tensor laid out [d, cells, heads, streams] from `src` in the same order.
+void put_f16(ggml_tensor * t, const std::vector<float> & src) {
+    auto * dst = (ggml_fp16_t *) t->data;
+    for (size_t i = 0; i < src.size(); i++) {
+        dst[i] = ggml_fp32_to_fp16(src[i]);
+    }
+}
+
+bool run(const Case & c, std::mt19937 & rng) {
+    std::normal_distribution<float>       gauss(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    // Q and K are N(0, 1) scaled so that scores spread over several units, as in a model.
+    std::vector<float> q((size_t) c.d * c.rows * c.heads * c.streams), k((size_t) c.d * c.cells * c.kv_heads * c.streams),
+        v(k.size()), mask((size_t) c.cells * c.rows * c.streams);
+    for (float & x : q) x = 2.0f * gauss(rng);
+    for (float & x : k) x = round_f16(gauss(rng));
+    for (float & x : v) x = round_f16(uni(rng));
+    for (int s = 0; s < c.streams; s++) {
+        for (int r = 0; r < c.rows; r++) {
+            for (int i = 0; i < c.cells; i++) {
+                // The last rows see a few more cells (causal), the tail is unused cache.
+                const int seen = c.valid - (c.rows - 1 - r);
+                mask[((size_t) s * c.rows + r) * c.cells + i] = i < seen ? 0.0f : -INFINITY;
+            }
+        }
+    }
+
+    ggml_init_params ip = {(size_t) 256 << 20, nullptr, false};
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    tq  = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.d, c.rows, c.heads, c.streams);
+    ggml_tensor *    tk  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.d, c.cells, c.kv_heads, c.streams);
+    ggml_tensor *    tv  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.d, c.cells, c.kv_heads, c.streams);
+    ggml_tensor *    tm  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.cells, c.rows, 1, c.streams);
+    std::copy(q.begin(), q.end(), (float *) tq->data);
+    put_f16(tk, k);
+    put_f16(tv, v);
+    put_f16(tm, mask);
+    const float   scale = 1.0f / std::sqrt((float) c.d);
+    ggml_tensor * out   = ggml_flash_attn_ext(ctx, tq, tk, tv, tm, scale, 0.0f, c.softcap);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    if (ggml_graph_compute_with_ctx(ctx, gf, c.threads) != GGML_STATUS_SUCCESS) {
+        std::printf("FAIL %s: compute failed\n", c.name);
+        ggml_free(ctx);
+        return false;
+    }
+
+    // out: [d, heads, rows, streams]
+    double              worst = 0;
+    std::vector<double> want;
+    for (int s = 0; s < c.streams; s++) {
+        for (int h = 0; h < c.heads; h++) {
+            for (int r = 0; r < c.rows; r++) {
+                reference(c, q, k, v, mask, s, h, r, want);
+                const float * got = (const float *) out->data + (((size_t) s * c.rows + r) * c.heads + h) * c.d;
+                for (int j = 0; j < c.d; j++) {
+                    worst = std::max(worst, std::fabs(got[j] - want[j]));
+                }
+            }
+        }
+    }
+    ggml_free(ctx);
+    const bool ok = worst <= c.tol;
+    std::printf("%s %s: max |error| %.2e (allowed %.0e)\n", ok ? "ok  " : "FAIL", c.name, worst, (double) c.tol);
+    return ok;
+}
+
+}  // namespace
+
+int main() {
+    // Blocked path: heads of 64 (qwen2.5, smollm2) and 128 values, 512 cells or more.
+    // Per-cell loop: fewer cells, or heads of 256 (gemma-3).
+    const Case cases[] = {
+        {"decode, qwen2.5 heads, 1024 cells, 1 thread", 64, 14, 2, 1, 1024, 1000, 1, 0.0f, 1, 1e-5f},
+        {"decode, qwen2.5 heads, 2048 cells, split across 2 threads", 64, 14, 2, 1, 2048, 1917, 1, 0.0f, 2, 1e-5f},
+        {"decode, 4 sequences in one step, 3 threads", 64, 14, 2, 1, 768, 700, 4, 0.0f, 3, 1e-5f},
+        {"decode, a whole block masked at the end, soft-capped", 128, 8, 8, 1, 1024, 520, 2, 30.0f, 2, 1e-5f},
+        {"short prompt (7 rows) at depth", 64, 14, 2, 7, 1536, 1400, 1, 0.0f, 2, 1e-5f},
+        {"per-cell loop: 256 cells", 64, 14, 2, 1, 256, 200, 1, 0.0f, 2, 5e-3f},
+        {"per-cell loop: gemma-3 heads of 256", 256, 4, 1, 1, 1024, 900, 1, 0.0f, 2, 5e-3f},
+    };
+    std::mt19937 rng(1234);
+    int          failed = 0;
+    for (const Case & c : cases) {
+        failed += run(c, rng) ? 0 : 1;
+    }
+    std::printf("%d failed\n", failed);
+    return failed == 0 ? 0 : 1;
+}
