@@ -58,8 +58,8 @@ MODES = [
     "pyshim-concurrent-fa-off",
     "pyshim-serialized-fa-off",
 ]
-# The "-fa-off" pair runs with flash_attn "off" (llama.cpp's default, auto, turns it on for CPUs,
-# and it decodes slower at depth on qwen2.5: README), on the answers workload only.
+# The "-fa-off" pair runs with flash_attn "off" (llama.cpp's default, auto, turns it on for CPUs),
+# on the answers workload only: what the attention kernel does to several sequences per step.
 FA_OFF_MODES = [m for m in MODES if m.endswith("-fa-off")]
 PYSHIM_MODES = [m for m in MODES if m.startswith("pyshim") and m not in FA_OFF_MODES]
 
@@ -363,8 +363,9 @@ def report(data: dict[str, Any]) -> str:
         "(`session` option); llama-server routes each request to a slot itself, so a turn it sends to "
         "another session's slot shows here as more tokens evaluated.",
         "- **-fa-off** modes are the concurrent and serialized pyshim modes with `flash_attn` off, on the "
-        "answers workload: llama.cpp's default (auto, on for CPUs) decodes slower at depth on qwen2.5, and more "
-        "so with four sequences in a step.",
+        "answers workload. llama.cpp's default (auto) turns flash attention on for CPUs; pyshim's build patches "
+        "its CPU kernel for small heads (`native/patches/ggml-cpu-fa-blocked-decode.patch`), and this pair shows "
+        "what the attention setting does to several sequences per step.",
         "- **Alone, n_seq 4 vs n_seq 1** is session 1 by itself on each handle: the price one call pays for "
         "a handle that could serve 4 (the ratios should be 1.00×).",
         "",
