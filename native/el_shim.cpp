@@ -12,8 +12,9 @@
 //   3. slots.cpp picks the conversation slot, and prompt_cache.cpp reuses the longest
 //      prefix of the prompt that the KV cache really holds, trimming or restoring a
 //      checkpoint;
-//   4. engine.cpp prefills the rest and runs the decode loop, sampling (common/sampling)
-//      and streaming deltas through delta_stream.cpp; evaluation.cpp runs every
+//   4. engine.cpp prefills the rest and runs the decode loop, streaming deltas through
+//      delta_stream.cpp; token_choice.cpp picks each next token (the argmax, or
+//      common/sampling's chain) and its logprobs; evaluation.cpp runs every
 //      llama_decode, in turns that scheduler.cpp gives out (with n_seq >= 2 one decode
 //      step carries every running call's next token); with remote devices, rpc.cpp
 //      probes the servers and turns a lost one into a dead handle;
@@ -21,8 +22,10 @@
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),
 //      sets aside calls whose arguments fail their schema (schema_check.cpp), and
 //      writes the result JSON.
-// config.cpp parses el_open's settings and backend.cpp owns llama.cpp's process-wide
-// initialisation and log; rpc.cpp joins remote devices (llama.cpp's rpc-server) to a model.
+// opening.cpp loads the model and creates its context; config.cpp parses el_open's
+// settings; timing.h is the clock every ms_* figure is read from; backend.cpp owns
+// llama.cpp's process-wide initialisation and log; rpc.cpp joins remote devices
+// (llama.cpp's rpc-server) to a model.
 
 #include "el_shim.h"
 

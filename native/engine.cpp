@@ -1,5 +1,6 @@
-// engine.cpp -- opening a model and running one generate call; see engine.h. The
-// evaluation side (llama_decode, its batches, abort and cancel) is in evaluation.cpp.
+// engine.cpp -- the steps of one generate call; see engine.h. Opening the model is in
+// opening.cpp, the evaluation side (llama_decode, its batches, abort and cancel) in
+// evaluation.cpp, and the choice of each next token in token_choice.cpp.
 //
 // run() in steps: parse the request (request.cpp) and set up its sampler; pick the
 // slot and reuse its cached prefix (slots.cpp, prompt_cache.cpp); prefill the rest,
@@ -7,17 +8,13 @@
 // streaming deltas (delta_stream.cpp); read the text back into a message and write
 // the result (result.cpp).
 
-#include "engine.h"
+#include "engine_call.h"
 
 #include "backend.h"
 #include "common.h"
 #include "delta_stream.h"
-#include "request.h"
-#include "result.h"
-#include "sampling.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -28,8 +25,6 @@
 namespace el {
 
 namespace {
-
-using steady = std::chrono::steady_clock;
 
 // The handle's mutex released for a while (for work on the call's own state, and for the
 // stream callback); taken again on every way out, exceptions included.
@@ -46,155 +41,6 @@ class Unlocked {
 
 }  // namespace
 
-// run()'s state: the parsed request, its sampler, the report, and the token chosen from
-// the last evaluation's logits (chosen under the handle's mutex, before any later batch
-// can overwrite them; used once the call has turned the previous token into text).
-struct Engine::Prepared {
-    Request                 req;
-    Call                    call;
-    CallReport              rep;
-    common_sampler_ptr      sampler;
-    std::vector<uint8_t>    biased;     // greedy: the tokens with a bias
-    steady::time_point      t0;
-    bool                    have_next = false;  // false: forced-only text ended
-    llama_token             next      = 0;
-    json                    next_logprob;
-};
-
-Engine::~Engine() {
-    sched_.reset();  // joins the evaluator thread before anything it used goes
-    if (!dead_reason_.empty() && !dead_free_ok_) {
-        // Freeing the context and model would call into the failed backend. Release
-        // what lives in host memory and leave the rest: a bounded leak, not a crash.
-        if (slots_) {
-            slots_->release_host_state();
-        }
-        templates_.reset();
-        if (batch_.token != nullptr) {
-            llama_batch_free(batch_);
-        }
-        return;
-    }
-    if (slots_) {
-        slots_->clear_caches();
-    }
-    slots_.reset();
-    templates_.reset();
-    if (batch_.token != nullptr) {
-        llama_batch_free(batch_);
-    }
-    if (ctx_ != nullptr) {
-        llama_free(ctx_);
-    }
-    if (model_ != nullptr) {
-        llama_model_free(model_);
-    }
-}
-
-void Engine::open(const char * config_json) {
-    cfg_ = parse_config(config_json);
-    init_backend_once();
-    if (cfg_.log) {
-        enable_log_to_stderr();
-    }
-    check_model_file(cfg_.model);
-    load_model();
-    create_context();
-    if (!rpc_.lost().empty()) {
-        fail("lost the connection to the RPC server " + rpc_.lost() + " while loading the model");
-    }
-
-    try {
-        templates_ = common_chat_templates_init(model_, cfg_.chat_template);
-    } catch (const std::exception & e) {
-        fail(std::string("chat template does not parse: ") + e.what());
-    }
-
-    const int32_t n_swa = llama_model_n_swa(model_);
-    MemoryKind kind = MemoryKind::Trimmable;
-    if (llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)) {
-        kind = MemoryKind::Recurrent;
-    } else if (n_swa > 0 && !cfg_.swa_full) {
-        kind = MemoryKind::SlidingWindow;
-    }
-    slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
-    // One slot: calls run one at a time on their own thread, as before. Several: an
-    // evaluator thread batches the calls' decode steps (scheduler.h).
-    sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch, cfg_.n_seq > 1,
-                                         [this](const std::vector<Scheduler::Participant *> & b) { return run_step(b); });
-}
-
-// Load the weights: on the CPU, or split over the remote (RPC) devices and local GPUs
-// by n_gpu_layers and tensor_split.
-void Engine::load_model() {
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = cfg_.n_gpu_layers;
-    // Repacked weights are multiplied by kernels that handle a batch's rows in groups, with
-    // the remainder on another path: a token's logits would depend on where its batch began.
-    mp.use_extra_bufts = !cfg_.deterministic;
-    if (!cfg_.rpc.empty()) {
-        rpc_.connect(cfg_.rpc, cfg_.rpc_timeout_ms);
-        mp.devices = rpc_.devices();
-    }
-    if (!cfg_.tensor_split.empty()) {
-        const size_t n_dev = rpc_.n_devices();
-        if (rpc_.active() && cfg_.tensor_split.size() > n_dev) {
-            fail("\"tensor_split\" has " + std::to_string(cfg_.tensor_split.size()) + " entries for " +
-                 std::to_string(n_dev) + " devices");
-        }
-        tensor_split_ = cfg_.tensor_split;
-        tensor_split_.resize(llama_max_devices(), 0.0f);
-        mp.tensor_split = tensor_split_.data();
-    }
-    thread_log_errors().clear();
-    model_ = llama_model_load_from_file(cfg_.model.c_str(), mp);
-    if (model_ == nullptr) {
-        const std::string why = rpc_.lost().empty() ? thread_log_errors()
-                                                    : "lost the connection to the RPC server " + rpc_.lost();
-        fail("llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
-    }
-    vocab_  = llama_model_get_vocab(model_);
-    tokens_ = std::make_unique<TokenCache>(vocab_);
-}
-
-void Engine::create_context() {
-    llama_context_params cp = llama_context_default_params();
-    // Each slot gets a context of its own n_ctx tokens; 0 means the model's own context
-    // length per slot (llama.cpp would read 0 as "the model's" for all slots together).
-    const uint32_t per_slot = cfg_.n_ctx > 0 ? (uint32_t) cfg_.n_ctx : (uint32_t) llama_model_n_ctx_train(model_);
-    cp.n_ctx           = per_slot * (uint32_t) cfg_.n_seq;
-    cp.kv_unified      = false;
-    cp.n_batch         = (uint32_t) cfg_.n_batch;
-    cp.n_ubatch        = (uint32_t) std::min(cfg_.n_batch, 512);
-    cp.n_seq_max       = (uint32_t) cfg_.n_seq;
-    cp.n_threads       = cfg_.n_threads;
-    cp.n_threads_batch = cfg_.n_threads;
-    cp.swa_full        = cfg_.swa_full;
-    // llama.cpp's default, auto, turns flash attention on for CPUs. Its CPU kernel, as patched
-    // (native/patches/ggml-cpu-fa-blocked-decode.patch), decodes at depth as fast as attention
-    // without it or faster on every catalogue model (2 cores, 4k tokens of context).
-    cp.flash_attn_type = cfg_.flash_attn == "on"  ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                       : cfg_.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                  : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    cp.no_perf             = true;
-    cp.abort_callback      = abort_callback;
-    cp.abort_callback_data = this;
-    ctx_ = llama_init_from_model(model_, cp);
-    if (ctx_ == nullptr) {
-        const std::string & why = thread_log_errors();
-        fail("llama.cpp could not create a context (n_ctx " + std::to_string(cfg_.n_ctx) + "; out of memory?)" +
-             (why.empty() ? "" : ": " + why));
-    }
-    if (cfg_.deterministic) {
-        use_reference_cpu_kernels(ctx_);
-        if (!context_uses_flash_attn(ctx_) && !llama_model_is_recurrent(model_)) {
-            fail("\"deterministic\" needs flash attention, which llama.cpp cannot use for this model");
-        }
-    }
-    n_ctx_ = (int32_t) llama_n_ctx_seq(ctx_);
-    batch_ = llama_batch_init(cfg_.n_batch, 0, 1);
-}
-
 // Thread-safe: ids are made on the calls' own threads, also while others decode.
 std::string Engine::new_call_id() {
     static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -204,71 +50,6 @@ std::string Engine::new_call_id() {
         id += alphabet[rng() % (sizeof(alphabet) - 1)];
     }
     return id;
-}
-
-
-// The most likely next token after the request's biases, read straight from the logits
-// of the last evaluation (the greedy fast path: no candidate array, no sort). `biased`
-// marks the tokens that have a bias, so the scan skips them and they compete with their
-// biased logit.
-llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const {
-    llama_synchronize(ctx_);
-    const float * logits = llama_get_logits_ith(ctx_, row);
-    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
-    llama_token best = 0;
-    float best_logit = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (logits[i] > best_logit && !biased[i]) {
-            best_logit = logits[i];
-            best       = i;
-        }
-    }
-    for (const auto & [token, bias] : req.greedy_bias) {
-        if (logits[token] + bias > best_logit) {
-            best_logit = logits[token] + bias;
-            best       = token;
-        }
-    }
-    return best;
-}
-
-json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const {
-    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
-    float max_l = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        max_l = std::max(max_l, logits[i]);
-    }
-    double sum = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        sum += std::exp((double) logits[i] - max_l);
-    }
-    const double log_z = max_l + std::log(sum);
-    auto entry = [&](llama_token t) {
-        const std::string piece = common_token_to_piece(vocab_, t, true);
-        json bytes = json::array();
-        for (unsigned char c : piece) {
-            bytes.push_back((int) c);
-        }
-        // "id" is not in OpenAI's shape; it is what logit_bias needs to refer to a token.
-        return json{{"token", piece}, {"logprob", (double) logits[t] - log_z}, {"bytes", bytes}, {"id", t}};
-    };
-    json e = entry(chosen);
-    json top = json::array();
-    if (top_n > 0) {
-        // Partial selection: O(n_vocab), not a sort of the whole vocabulary.
-        std::vector<llama_token> ids(n_vocab);
-        for (int32_t i = 0; i < n_vocab; i++) {
-            ids[i] = i;
-        }
-        auto by_logit = [&](llama_token a, llama_token b) { return logits[a] > logits[b]; };
-        std::nth_element(ids.begin(), ids.begin() + top_n - 1, ids.end(), by_logit);
-        std::sort(ids.begin(), ids.begin() + top_n, by_logit);
-        for (int32_t i = 0; i < top_n; i++) {
-            top.push_back(entry(ids[i]));
-        }
-    }
-    e["top_logprobs"] = top;
-    return e;
 }
 
 std::string Engine::run(const char * messages_json, const char * tools_json, const char * options_json,
@@ -606,46 +387,6 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
     }
 }
 
-// Right after the prompt's last batch: the probe test hook, or the first token.
-void Engine::first_token(Prepared & p) {
-#ifdef EL_TEST_HOOKS
-    if (p.req.probe > 0) {
-        probe(p.req, p.call, p.rep);
-        return;
-    }
-#endif
-    if (!p.req.has_canned_output) {
-        choose_next(p, -1);
-    }
-}
-
-// The token that follows the last evaluation, from row `row` of its logits (-1: the
-// last row): a forced one (test hooks), the argmax, or the sampler's choice.
-void Engine::choose_next(Prepared & p, int32_t row) {
-    const Request & req = p.req;
-    const size_t    n   = p.rep.n_decoded;
-    llama_token     tok;
-    if (n < req.forced.size()) {
-        tok = req.forced[n];
-        if (!req.forced_only) {
-            common_sampler_accept(p.sampler.get(), tok, true);  // sampling goes on after them
-        }
-    } else if (req.forced_only) {
-        p.have_next = false;  // the forced text ends as if the model ended it
-        return;
-    } else if (req.greedy) {
-        tok = argmax_token(req, p.biased, row);
-    } else {
-        tok = common_sampler_sample(p.sampler.get(), ctx_, row);
-        common_sampler_accept(p.sampler.get(), tok, true);
-    }
-    p.have_next = true;
-    p.next      = tok;
-    if (req.top_logprobs >= 0) {
-        p.next_logprob = logprob_entry(llama_get_logits_ith(ctx_, row), tok, req.top_logprobs);
-    }
-}
-
 // Sample until an end token, a stop string, a limit or a cancel; returns the text
 // generated (stop strings excluded) and sets the finish reason. Each token is turned into
 // text with the handle's mutex released, then evaluated in the next decode step beside
@@ -747,46 +488,6 @@ void Engine::consume(Prepared & p, DeltaStream & stream, bool streaming, llama_t
             // a prefix the parser cannot read yet; the next token may fix it
         }
     }
-}
-
-// The devices layers can be offloaded to: the remote ones and the local GPUs.
-json Engine::device_names() const {
-    json names = json::array();
-    const std::vector<ggml_backend_dev_t> devs =
-        rpc_.active() ? std::vector<ggml_backend_dev_t>(rpc_.devices_begin(), rpc_.devices_begin() + rpc_.n_devices())
-                      : local_gpus();
-    for (ggml_backend_dev_t d : devs) {
-        names.push_back(std::string(ggml_backend_dev_name(d)) + " (" + ggml_backend_dev_description(d) + ")");
-    }
-    return names;
-}
-
-json Engine::stats() const {
-    char desc[256];
-    llama_model_desc(model_, desc, sizeof(desc));
-    return json{
-        {"model", cfg_.model},
-        {"description", desc},
-        {"n_ctx", n_ctx_},
-        {"n_threads", cfg_.n_threads},
-        {"n_swa", llama_model_n_swa(model_)},
-        {"swa_full", cfg_.swa_full},
-        {"flash_attn", cfg_.flash_attn},
-        {"flash_attn_in_use", context_uses_flash_attn(ctx_)},
-        {"deterministic", cfg_.deterministic},
-        {"recurrent", llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)},
-        {"n_gpu_layers", cfg_.n_gpu_layers},
-        {"rpc", rpc_.endpoints()},
-        {"devices", device_names()},
-        {"cache", slots_->stats()},
-        {"evaluation", {{"decode_steps", eval_.steps},
-                        {"decode_tokens", eval_.step_tokens},
-                        {"ms_decode_steps", eval_.ms_steps},
-                        {"prompt_batches", eval_.batches},
-                        {"prompt_tokens", eval_.batch_tokens},
-                        {"ms_prompt_batches", eval_.ms_batches}}},
-        {"abi_version", EL_ABI_VERSION},
-    };
 }
 
 }  // namespace el

@@ -17,6 +17,7 @@
 #include "rpc.h"
 #include "scheduler.h"
 #include "slots.h"
+#include "timing.h"
 #include "token_cache.h"
 
 #include <atomic>
@@ -32,11 +33,6 @@
 struct common_sampler;
 
 namespace el {
-
-// Milliseconds since t0, for the timings a call and el_stats report.
-inline double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Request;
 struct CallReport;
@@ -93,15 +89,17 @@ class Engine {
     struct Decoding : Scheduler::Participant {
         const Call * call = nullptr;
     };
-    struct Prepared;  // run()'s parsed request, sampler and report (engine.cpp)
+    struct Prepared;  // run()'s parsed request, sampler and report (engine_call.h)
 
     // evaluate()'s status when a remote server was lost (beside llama_decode's own codes),
     // and for a batch of calls that were in flight when another call found the backend dead.
     static constexpr int32_t kRemoteLost = -100;
     static constexpr int32_t kDead       = -101;
 
+    // The open side (opening.cpp).
     void load_model();
     void create_context();
+    json device_names() const;
     static std::string new_call_id();
 
     // The steps of run(), in order.
@@ -111,8 +109,6 @@ class Engine {
     void        reuse(Prepared & p, std::unique_lock<std::mutex> & lock);
     void        prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming);
     std::string decode(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming);
-    void        first_token(Prepared & p);
-    void        choose_next(Prepared & p, int32_t row);
     void        consume(Prepared & p, DeltaStream & stream, bool streaming, llama_token tok, std::string & text);
 
     void probe(const Request & req, const Call & call, CallReport & rep);
@@ -130,7 +126,10 @@ class Engine {
     int32_t run_batch(const std::vector<const Call *> & calls);
     int32_t run_step(const std::vector<Scheduler::Participant *> & batch);
     void    track(Call * call, bool in);
-    json        device_names() const;
+
+    // The token after an evaluation, and its logprobs (token_choice.cpp).
+    void        first_token(Prepared & p);
+    void        choose_next(Prepared & p, int32_t row);
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
     llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const;
 

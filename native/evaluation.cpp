@@ -16,8 +16,6 @@
 
 namespace el {
 
-using steady = std::chrono::steady_clock;
-
 // llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal.
 void Engine::decode_failed(int32_t rc, const char * where) {
     if (rc == kDead) {

@@ -9,10 +9,10 @@
 #include "common.h"
 #include "json-schema-to-grammar.h"
 #include "json_args.h"
+#include "timing.h"
 #include "tool_grammar.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -392,13 +392,13 @@ common_chat_templates_inputs render(const ModelView & m, const json & messages, 
         in.add_generation_prompt  = false;
         in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
     }
-    const auto t_template = std::chrono::steady_clock::now();
+    const auto t_template = steady::now();
     try {
         r.chat = common_chat_templates_apply(m.templates, in);
     } catch (const std::exception & e) {
         fail(std::string("chat template failed: ") + e.what());
     }
-    r.ms_template = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_template).count();
+    r.ms_template = ms_since(t_template);
 
     r.parser = common_chat_parser_params(r.chat);
     r.parser.reasoning_format = COMMON_REASONING_FORMAT_AUTO;

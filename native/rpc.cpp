@@ -6,14 +6,13 @@
 #include "backend.h"
 #include "ggml-rpc.h"
 #include "json_args.h"
+#include "timing.h"
 
 #include <algorithm>
 
 namespace el {
 
 namespace {
-
-using steady = std::chrono::steady_clock;
 
 // The first line llama.cpp logged about the failure, for the error message.
 std::string first_logged_line() {

@@ -1,14 +1,13 @@
 // scheduler.cpp -- admission and the evaluator thread; see scheduler.h.
 
 #include "scheduler.h"
+#include "timing.h"
 
 #include <algorithm>
 
 namespace el {
 
 namespace {
-
-using steady = std::chrono::steady_clock;
 
 // How long a step waits for the decoding calls that have not submitted their token yet
 // (they are turning the last one into text, or in a stream callback). Each one that misses

@@ -3,9 +3,9 @@
 #include "token_cache.h"
 
 #include "common.h"
+#include "timing.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace el {
 
@@ -59,7 +59,7 @@ void TokenCache::find_cuts(Entry & e, size_t from_byte, size_t from_token) const
 
 std::vector<llama_token> TokenCache::tokenize(const std::string & session, const std::string & text, Stats * stats,
                                               bool ignore_edits) {
-    const auto t0   = std::chrono::steady_clock::now();
+    const auto t0   = steady::now();
     auto       best = recent_.end();
     size_t     same = 0;  // bytes `text` shares with the best entry
     for (auto it = recent_.begin(); it != recent_.end() && enabled_; ++it) {
@@ -115,7 +115,7 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
     }
     if (stats != nullptr) {
         stats->n_reused += reused;
-        stats->ms_tokenize += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        stats->ms_tokenize += ms_since(t0);
     }
     return out;
 }

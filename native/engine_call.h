@@ -1,0 +1,32 @@
+// engine_call.h -- what one generate call holds while it runs (Engine::Prepared), shared
+// by the files that carry out its steps: engine.cpp (the steps) and token_choice.cpp (the
+// token after each evaluation). Private to the engine; nothing outside native/ sees it.
+//
+// Invariant: a Prepared belongs to the caller's thread for the whole call; the evaluator
+// thread touches it only inside a step's `after` callback, under the handle's mutex.
+#pragma once
+
+#include "engine.h"
+#include "request.h"
+#include "result.h"
+#include "sampling.h"
+
+#include <vector>
+
+namespace el {
+
+// run()'s state: the parsed request, its sampler, the report, and the token chosen from
+// the last evaluation's logits (chosen under the handle's mutex, before any later batch
+// can overwrite them; used once the call has turned the previous token into text).
+struct Engine::Prepared {
+    Request                 req;
+    Call                    call;
+    CallReport              rep;
+    common_sampler_ptr      sampler;
+    std::vector<uint8_t>    biased;     // greedy: the tokens with a bias
+    steady::time_point      t0;
+    bool                    have_next = false;  // false: forced-only text ended
+    llama_token             next      = 0;
+    json                    next_logprob;
+};
+}  // namespace el

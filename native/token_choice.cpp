@@ -1,0 +1,122 @@
+// token_choice.cpp -- the token that follows an evaluation, for one call: a forced one
+// (test hooks), the argmax (the greedy fast path), or the sampler's choice; and its
+// logprobs. See engine.h.
+//
+// Invariant: a token is chosen from the logits row of the call's own last evaluation,
+// under the handle's mutex, before any later batch can overwrite that row; greedy choice
+// reads the logits directly and picks exactly what the full sampler chain would.
+
+#include "engine_call.h"
+
+#include "common.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace el {
+
+// The most likely next token after the request's biases, read straight from the logits
+// of the last evaluation (the greedy fast path: no candidate array, no sort). `biased`
+// marks the tokens that have a bias, so the scan skips them and they compete with their
+// biased logit.
+llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const {
+    llama_synchronize(ctx_);
+    const float * logits = llama_get_logits_ith(ctx_, row);
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    llama_token best = 0;
+    float best_logit = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (logits[i] > best_logit && !biased[i]) {
+            best_logit = logits[i];
+            best       = i;
+        }
+    }
+    for (const auto & [token, bias] : req.greedy_bias) {
+        if (logits[token] + bias > best_logit) {
+            best_logit = logits[token] + bias;
+            best       = token;
+        }
+    }
+    return best;
+}
+
+json Engine::logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const {
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    float max_l = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        max_l = std::max(max_l, logits[i]);
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        sum += std::exp((double) logits[i] - max_l);
+    }
+    const double log_z = max_l + std::log(sum);
+    auto entry = [&](llama_token t) {
+        const std::string piece = common_token_to_piece(vocab_, t, true);
+        json bytes = json::array();
+        for (unsigned char c : piece) {
+            bytes.push_back((int) c);
+        }
+        // "id" is not in OpenAI's shape; it is what logit_bias needs to refer to a token.
+        return json{{"token", piece}, {"logprob", (double) logits[t] - log_z}, {"bytes", bytes}, {"id", t}};
+    };
+    json e = entry(chosen);
+    json top = json::array();
+    if (top_n > 0) {
+        // Partial selection: O(n_vocab), not a sort of the whole vocabulary.
+        std::vector<llama_token> ids(n_vocab);
+        for (int32_t i = 0; i < n_vocab; i++) {
+            ids[i] = i;
+        }
+        auto by_logit = [&](llama_token a, llama_token b) { return logits[a] > logits[b]; };
+        std::nth_element(ids.begin(), ids.begin() + top_n - 1, ids.end(), by_logit);
+        std::sort(ids.begin(), ids.begin() + top_n, by_logit);
+        for (int32_t i = 0; i < top_n; i++) {
+            top.push_back(entry(ids[i]));
+        }
+    }
+    e["top_logprobs"] = top;
+    return e;
+}
+
+// Right after the prompt's last batch: the probe test hook, or the first token.
+void Engine::first_token(Prepared & p) {
+#ifdef EL_TEST_HOOKS
+    if (p.req.probe > 0) {
+        probe(p.req, p.call, p.rep);
+        return;
+    }
+#endif
+    if (!p.req.has_canned_output) {
+        choose_next(p, -1);
+    }
+}
+
+// The token that follows the last evaluation, from row `row` of its logits (-1: the
+// last row): a forced one (test hooks), the argmax, or the sampler's choice.
+void Engine::choose_next(Prepared & p, int32_t row) {
+    const Request & req = p.req;
+    const size_t    n   = p.rep.n_decoded;
+    llama_token     tok;
+    if (n < req.forced.size()) {
+        tok = req.forced[n];
+        if (!req.forced_only) {
+            common_sampler_accept(p.sampler.get(), tok, true);  // sampling goes on after them
+        }
+    } else if (req.forced_only) {
+        p.have_next = false;  // the forced text ends as if the model ended it
+        return;
+    } else if (req.greedy) {
+        tok = argmax_token(req, p.biased, row);
+    } else {
+        tok = common_sampler_sample(p.sampler.get(), ctx_, row);
+        common_sampler_accept(p.sampler.get(), tok, true);
+    }
+    p.have_next = true;
+    p.next      = tok;
+    if (req.top_logprobs >= 0) {
+        p.next_logprob = logprob_entry(llama_get_logits_ith(ctx_, row), tok, req.top_logprobs);
+    }
+}
+
+}  // namespace el
