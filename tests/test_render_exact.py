@@ -29,15 +29,60 @@ import pyshim
 
 GOLDEN = Path(__file__).parent / "data" / "rendered.json"
 RECORD = os.environ.get("PYSHIM_RECORD_RENDERS") == "1"
-SPECS = [QWEN, SMOL, GEMMA, "tiny:mamba", "tiny:hybrid", f"{SMOL}+else", f"{SMOL}+trailing"]
+SPECS = [
+    QWEN,
+    SMOL,
+    GEMMA,
+    "tiny:mamba",
+    "tiny:hybrid",
+    f"{SMOL}+else",
+    f"{SMOL}+trailing",
+    f"{SMOL}+carried",
+    f"{SMOL}+namespace",
+    f"{SMOL}+length",
+]
 # Two templates of our own, on smollm2, for the two ways the patched renderer finds the generation
 # prompt: with an `else` beside `if add_generation_prompt` it renders twice (with and without);
 # with constant text after that `if` it still renders once and drops the `if`'s output.
 _TURNS = "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
 _OPEN = "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+# Three more for the loop memo (native/patches/common-render-memo-loops.patch), which reuses a
+# message loop's iterations from earlier calls: a variable one iteration sets and the next reads,
+# neighbours read through `messages[loop.index0 ± 1]` and `loop.last`, a nested loop; a namespace
+# written in the loop (not memoised: the loop renders as before); `loop.length` (memoised per
+# conversation length).
+_CARRIED = (
+    "{%- for m in messages %}"
+    "{%- if loop.first %}{{ '<|im_start|>system\\n' + (m.content if m.role == 'system' else 'Hi') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- if m.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}{{ '<|im_start|>user\\n' }}{%- endif %}"
+    "{{ '<r>' + m.content + '</r>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif m.role != 'system' %}"
+    "{{ '<|im_start|>' + m.role + (' after ' + last_role if last_role is defined else '') + '\\n' }}"
+    "{{ m.content or '' }}"
+    "{%- for tc in m.tool_calls or [] %}"
+    "{{ '<call>' + tc.function.name + (tc.function.arguments | tojson) }}"
+    "{%- endfor %}"
+    "{{ '<|im_end|>\\n' }}{%- set last_role = m.role %}"
+    "{%- endif %}"
+)
+_NAMESPACE = (
+    "{%- set ns = namespace(n=0) %}{%- for m in messages %}{%- set ns.n = ns.n + 1 %}"
+    "{{ '<|im_start|>' + m.role + ' ' + (ns.n | string) + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
+)
+_LENGTH = (
+    "{%- for m in messages %}"
+    "{{ '<|im_start|>' + m.role + ' ' + (loop.revindex | string) + '/' + (loop.length | string) + '\\n' }}"
+    "{{ (m.content or '') + '<|im_end|>\\n' }}"
+)
 TEMPLATES = {
     f"{SMOL}+else": _TURNS + _OPEN + "{%- else %}{{ '' }}{%- endif %}",
     f"{SMOL}+trailing": _TURNS + _OPEN + "{% endif %}\n",
+    f"{SMOL}+carried": _CARRIED + _OPEN + "{%- endif %}",
+    f"{SMOL}+namespace": _NAMESPACE + _OPEN + "{%- endif %}",
+    f"{SMOL}+length": _LENGTH + _OPEN + "{%- endif %}",
 }
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 SCHEMA = {
