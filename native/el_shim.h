@@ -122,8 +122,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 3
-#define EL_ABI_VERSION "1.3"
+#define EL_ABI_VERSION_MINOR 4
+#define EL_ABI_VERSION "1.4"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -135,8 +135,8 @@ extern "C" {
 typedef struct el_handle el_handle;
 
 /*
-** el_version: the ABI version string, e.g. "1.3", followed by the llama.cpp
-** commit it was built from: "1.3 (llama.cpp 0c1e570)". Static storage; never
+** el_version: the ABI version string, e.g. "1.4", followed by the llama.cpp
+** commit it was built from: "1.4 (llama.cpp 0c1e570)". Static storage; never
 ** free it. Thread-safe.
 */
 EL_API const char *el_version(void);
@@ -329,6 +329,11 @@ EL_API const char *el_last_error(void);
 **                      start of a message) before its first changed byte.
 **                      The tokens are always those of a full tokenization
 **                      (since 1.2)
+**   n_render_reused    iterations of the chat template's loops (usually one
+**                      per message) taken from earlier calls' renders
+**                      instead of run again: an iteration is reused only
+**                      when everything it reads is the same as then. The
+**                      prompt is always that of a full render (since 1.4)
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate

@@ -168,6 +168,7 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     rep.ms_template       = p.req.ms_template;
     rep.ms_tokenize       = p.req.tokenizing.ms_tokenize;
     rep.n_tokenize_reused = p.req.tokenizing.n_reused;
+    rep.n_render_reused   = p.req.n_render_reused;
     rep.n_prompt          = p.req.prompt.size();
     if (!p.req.prepare_only && !should_stop(p.call)) {
         if (sched_->admit(lock, [&] { return should_stop(p.call); })) {

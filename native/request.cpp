@@ -7,6 +7,7 @@
 #include "request.h"
 
 #include "common.h"
+#include "jinja/runtime.h"
 #include "json-schema-to-grammar.h"
 #include "json_args.h"
 #include "timing.h"
@@ -73,6 +74,23 @@ void check_messages(const json & messages) {
     }
 }
 
+// Whether normalize_messages would change anything.
+bool needs_normalizing(const json & messages) {
+    for (const json & m : messages) {
+        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+            if (!m.contains("content")) {
+                return true;
+            }
+            for (const json & c : m["tool_calls"]) {
+                if (!c.contains("type")) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
 // OpenAI allows "type" to be omitted on tool calls in history; common/ does not.
 json normalize_messages(json messages) {
     for (json & m : messages) {
@@ -119,6 +137,7 @@ void check_tools(const json & tools) {
 }
 
 struct Inputs {
+    const char * messages_text = nullptr;  // as the caller sent it
     json messages;
     json tools;
     json opt;
@@ -126,7 +145,8 @@ struct Inputs {
 
 Inputs read_inputs(const char * messages_json, const char * tools_json, const char * options_json) {
     Inputs in;
-    in.messages = parse_json_arg(messages_json, "messages");
+    in.messages_text = messages_json;
+    in.messages      = parse_json_arg(messages_json, "messages");
     check_messages(in.messages);
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
@@ -373,11 +393,17 @@ json read_response_format(const json & opt, bool tools_active) {
 }
 
 // Render the prompt with the model's own template, and set up the output parser.
-common_chat_templates_inputs render(const ModelView & m, const json & messages, const json & tools, bool parallel,
-                                    bool tools_active, Request & r) {
+common_chat_templates_inputs render(const ModelView & m, const Inputs & inputs, bool parallel, bool tools_active,
+                                    Request & r) {
+    const json & messages = inputs.messages;
+    const json & tools    = inputs.tools;
     common_chat_templates_inputs in;
     try {
-        in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(dump(normalize_messages(messages))));
+        // common/ reads its own JSON type: the caller's text is parsed again as that (the same
+        // value as a dump of what was checked) rather than copied, normalised and dumped first
+        in.messages = common_chat_msgs_parse_oaicompat(needs_normalizing(messages)
+                                                           ? common_json::parse(dump(normalize_messages(messages)))
+                                                           : common_json::parse(inputs.messages_text));
         in.tools    = common_chat_tools_parse_oaicompat(common_json::parse(dump(tools)));
     } catch (const std::exception & e) {
         fail(e.what());
@@ -539,6 +565,8 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
                       const char * options_json) {
     Request r;
     const Inputs inputs = read_inputs(messages_json, tools_json, options_json);
+    // renders run on this thread: what its loop memo counts meanwhile is this call's
+    const uint64_t memo_hits = jinja::loop_memo_thread_stats().hits;
     const json & opt = inputs.opt;
     r.session      = get_string(opt, "session", "");
     r.request_id   = get_string(opt, "request_id", "");
@@ -554,7 +582,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const bool tools_active = !inputs.tools.empty() && r.tool_choice != ToolChoice::None;
     const json schema       = read_response_format(opt, tools_active);
 
-    const common_chat_templates_inputs in = render(m, inputs.messages, inputs.tools, parallel, tools_active, r);
+    common_chat_templates_inputs in = render(m, inputs, parallel, tools_active, r);
     choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
     set_greedy(m.vocab, r);
     // Forced calls are written as JSON by construction; recovery is how they are read.
@@ -565,12 +593,13 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         fail("the rendered prompt is empty");
     }
     if (m.wants_checkpoints && in.messages.size() > 1) {
-        r.last_message_start = history_length(m, in, r);
+        r.last_message_start = history_length(m, std::move(in), r);  // its last use
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {
         fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
+    r.n_render_reused = jinja::loop_memo_thread_stats().hits - memo_hits;
     return r;
 }
 

@@ -65,6 +65,7 @@ struct Request {
     std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     double                       ms_template = 0;         // rendering the chat template
+    size_t                       n_render_reused = 0;     // template loop iterations taken from earlier renders
     TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent
     // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;

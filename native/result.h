@@ -22,6 +22,7 @@ struct CallReport {
     double      ms_prepare = 0, ms_template = 0, ms_reset = 0, ms_prefill = 0, ms_decode = 0;
     double      ms_tokenize = 0, ms_sampler = 0;
     size_t      n_tokenize_reused = 0;
+    size_t      n_render_reused   = 0;
     size_t      slot = 0;
     size_t      n_batched_max = 0;  // most calls in one of this call's decode steps
     bool        routed = false;  // given a slot (false: cancelled before)

@@ -40,17 +40,17 @@ SPECS = [
     f"{SMOL}+carried",
     f"{SMOL}+namespace",
     f"{SMOL}+length",
+    f"{SMOL}+last",
 ]
 # Two templates of our own, on smollm2, for the two ways the patched renderer finds the generation
 # prompt: with an `else` beside `if add_generation_prompt` it renders twice (with and without);
 # with constant text after that `if` it still renders once and drops the `if`'s output.
 _TURNS = "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
 _OPEN = "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-# Three more for the loop memo (native/patches/common-render-memo-loops.patch), which reuses a
-# message loop's iterations from earlier calls: a variable one iteration sets and the next reads,
-# neighbours read through `messages[loop.index0 ± 1]` and `loop.last`, a nested loop; a namespace
-# written in the loop (not memoised: the loop renders as before); `loop.length` (memoised per
-# conversation length).
+# Four more for the loop memo (native/patches/common-render-memo-loops.patch), which reuses a
+# message loop's iterations from earlier calls: a running total that each iteration reads and
+# updates, neighbours read through `messages[loop.index0 ± 1]`, a nested loop; a namespace
+# written in the loop (not memoised: the loop renders as before); `loop.length`; `loop.last`.
 _CARRIED = (
     "{%- for m in messages %}"
     "{%- if loop.first %}{{ '<|im_start|>system\\n' + (m.content if m.role == 'system' else 'Hi') + '<|im_end|>\\n' }}"
@@ -60,17 +60,21 @@ _CARRIED = (
     "{{ '<r>' + m.content + '</r>' }}"
     "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\\n' }}{%- endif %}"
     "{%- elif m.role != 'system' %}"
-    "{{ '<|im_start|>' + m.role + (' after ' + last_role if last_role is defined else '') + '\\n' }}"
+    "{{ '<|im_start|>' + m.role + (' after ' + (total | string) if total is defined else '') + '\\n' }}"
     "{{ m.content or '' }}"
     "{%- for tc in m.tool_calls or [] %}"
     "{{ '<call>' + tc.function.name + (tc.function.arguments | tojson) }}"
     "{%- endfor %}"
-    "{{ '<|im_end|>\\n' }}{%- set last_role = m.role %}"
+    "{{ '<|im_end|>\\n' }}{%- set total = (total if total is defined else 0) + ((m.content or '') | length) %}"
     "{%- endif %}"
 )
 _NAMESPACE = (
     "{%- set ns = namespace(n=0) %}{%- for m in messages %}{%- set ns.n = ns.n + 1 %}"
     "{{ '<|im_start|>' + m.role + ' ' + (ns.n | string) + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
+)
+_LAST = (
+    "{%- for m in messages %}"
+    "{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') + ('' if loop.last else '<|im_end|>\\n') }}"
 )
 _LENGTH = (
     "{%- for m in messages %}"
@@ -83,6 +87,7 @@ TEMPLATES = {
     f"{SMOL}+carried": _CARRIED + _OPEN + "{%- endif %}",
     f"{SMOL}+namespace": _NAMESPACE + _OPEN + "{%- endif %}",
     f"{SMOL}+length": _LENGTH + _OPEN + "{%- endif %}",
+    f"{SMOL}+last": _LAST + _OPEN + "{%- endif %}",
 }
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 SCHEMA = {
@@ -98,7 +103,21 @@ OPTIONS: list[dict[str, Any]] = [
     {"tool_choice": "none"},
     {"response_format": SCHEMA, "_no_tools": True},
 ]
-OPS = ["append", "tool", "append", "tool", "edit", "append", "partial", "append", "drop", "append", "tool", "append"]
+OPS = [
+    "append",
+    "tool",
+    "append",
+    "tool",
+    "edit",
+    "append",
+    "partial",
+    "append",
+    "drop",
+    "append",
+    "tool",
+    "late_tool",
+    "append",
+]
 
 
 def conversations(spec: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
@@ -120,18 +139,25 @@ def conversations(spec: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]
             conv[1]["content"] += " " + text(rng, 3)
         elif op == "drop":
             conv = conv[:-2]
+        elif op == "late_tool":  # a second result arrives before the model answers the first
+            late = {"role": "tool", "tool_call_id": f"call_{step - 1}", "name": "get_weather", "content": text(rng, 9)}
+            conv = [*conv[:-1], late, {"role": "user", "content": text(rng, 5)}]
         elif op == "partial":
             calls.append(([*conv, {"role": "assistant", "content": "Partly: " + text(rng, 4)}], {}))
         calls.append((conv, OPTIONS[step % len(OPTIONS)]))
     return calls
 
 
-def prepared(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+def prepare(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
     options = dict(options)
     tools = None if options.pop("_no_tools", False) else [WEATHER_TOOL]
     r = m.generate(conv, tools, max_tokens=1, _test={"prepare_only": True}, **options)
     assert r["finish_reason"] == "prepare_only"
-    return r["prepared"]
+    return r
+
+
+def prepared(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    return prepare(m, conv, options)["prepared"]
 
 
 def digest(p: dict[str, Any]) -> str:
@@ -161,3 +187,21 @@ def test_a_one_byte_difference_is_caught() -> None:
         edited = [dict(x) for x in conv]
         edited[1]["content"] += "!"
         assert digest(prepared(m, edited, opt)) != json.loads(GOLDEN.read_text())[SMOL][3]
+
+
+@pytest.mark.parametrize("spec", [QWEN, GEMMA, SMOL, f"{SMOL}+namespace"])
+def test_a_later_call_takes_the_earlier_messages_from_the_loop_memo(spec: str) -> None:
+    """What the digests prove exact is also what runs: the next call of a conversation renders
+    only its new messages, and a loop the memo cannot key (a namespace written in it) none."""
+    extra = {"chat_template": TEMPLATES[spec]} if spec in TEMPLATES else {}
+    calls = conversations(spec)
+    with pyshim.Model(model_path(spec.split("+")[0]), n_ctx=8192, **extra) as m:
+        prepare(m, *calls[-2])
+        conv, options = calls[-1]
+        reused = prepare(m, conv, options)["n_render_reused"]
+    if spec.endswith("+namespace"):
+        assert reused == 0
+    else:
+        # new: the last two messages, the one before them (no longer last) and, on qwen2.5, the
+        # first (its template reads messages[loop.index0 - 1], which is the last message there)
+        assert reused >= len(conv) - 4, f"{spec}: {reused} of {len(conv)} messages taken from the memo"
