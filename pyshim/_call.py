@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,31 @@ __all__ = ["DONE", "Call"]
 #: ``Call.next_delta`` returns this once the call has returned.
 DONE: Any = object()
 POLL_S = 0.05
+
+# The worker threads: kept once started and given the next call, since starting a thread and
+# waiting for its end cost a call ~0.4 ms. Daemons, as before: a process can always exit.
+_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_idle = 0
+_idle_lock = threading.Lock()
+
+
+def _run_on_worker(job: Callable[[], None]) -> None:
+    global _idle
+    with _idle_lock:
+        if _idle > 0:
+            _idle -= 1
+            _jobs.put(job)  # an idle worker is waiting on the queue
+            return
+    threading.Thread(target=_worker, args=(job,), name="pyshim-call", daemon=True).start()
+
+
+def _worker(job: Callable[[], None]) -> None:
+    global _idle
+    while True:
+        job()  # never raises: Call._work hands every exception to the caller
+        with _idle_lock:
+            _idle += 1
+        job = _jobs.get()
 
 
 class Call:
@@ -42,12 +68,13 @@ class Call:
         self._done = False
         self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, args=(args, streaming), name="pyshim-call", daemon=True)
-        self._thread.start()
+        self._worker: threading.Thread | None = None  # set by the worker that runs it
+        _run_on_worker(lambda: self._work(args, streaming))
 
     # -- worker thread ---------------------------------------------------------------
 
     def _work(self, args: tuple[Any, ...], streaming: bool) -> None:
+        self._worker = threading.current_thread()
         try:
             if streaming:
                 callback = ffi.callback("el_stream_cb", self._on_delta)
@@ -99,8 +126,7 @@ class Call:
     def wait(self) -> dict[str, Any]:
         """The final result (raising the call's error); Ctrl-C stops the call first, then propagates."""
         try:
-            while not self._done:
-                self._thread.join(POLL_S)
+            self._wait_done()
         except KeyboardInterrupt:
             self.stop()
             raise
@@ -114,7 +140,7 @@ class Call:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._worker:
             return
         if not self._done:
             # Once is enough: the handle remembers the id for a call that has not begun yet.
@@ -122,7 +148,12 @@ class Call:
                 lib().el_cancel_request(self._handle, self._request_id)
         while not self._done:
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: the call is already stopping
-                self._thread.join(POLL_S)
+                self._wait_done()
+
+    def _wait_done(self) -> None:
+        with self._cond:
+            while not self._done:
+                self._cond.wait(POLL_S)
 
 
 def run_in_worker(
