@@ -489,11 +489,14 @@ def notes(data: dict[str, Any]) -> list[str]:
         "attention setting (flash attention `auto`, on for this CPU); llama-cpp-python 0.3.36 turns it off. "
         "Which is faster depends on the model and the depth of the context, so `pyshim-fa-off` repeats the "
         "agent session with pyshim's `flash_attn: \"off\"`, llama-cpp-python's setting.",
-        "- **Time outside the model** is dominated by llama.cpp's `common/` chat-template code, which "
-        "renders the whole conversation three times per request (the prompt, and twice more to find the "
-        "generation prompt) and re-analyses the template; llama-server does the same per request. On "
-        "sliding-window and recurrent models pyshim renders the history once more, to place a cache "
-        "checkpoint where the last message starts.",
+        "- **Time outside the model** is mostly llama.cpp's `common/` chat-template code. As patched "
+        "(`native/patches/common-render-*.patch`, see `docs/per-call-cost.md`) it renders a request once "
+        "and runs the template's message loop only for messages it has not rendered before, but it still "
+        "converts the whole message list between JSON, its own message type and the template's values on "
+        "every request. On sliding-window and recurrent models pyshim renders the history once more, to "
+        "place a cache checkpoint where the last message starts. llama-server is built from the same "
+        "patched tree, so it renders the same way; the difference between the two is the rest of the "
+        "request path.",
         "- **The model-time floor** is computed at the pp512/tg128 rates, but an agent turn evaluates about "
         "110 new tokens at a depth of 1-2k tokens, where the engine itself runs slower (llama-bench's "
         "pp128 at depth 2048 is well below pp512); pyshim and llama-server land at the same distance from it.",
