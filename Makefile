@@ -139,9 +139,9 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 	touch $@
 
 bench-peers: build models peers $(VENV)/.bench-stamp
+	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 bench: bench-peers bench-concurrent bench-door bench-rpc bench-agent bench-determinism
-	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 # 4 agent sessions on one n_seq-4 handle from 4 threads, vs serialized and llama-server -np 4.
 bench-concurrent: build models peers $(VENV)/.bench-stamp
