@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -141,7 +141,11 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 bench-peers: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
-bench: bench-peers bench-concurrent bench-door bench-rpc bench-agent bench-determinism
+bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism
+
+# Decode greedy and sampled, with and without tools, beside llama-bench tg128 (docs/bench-decode.md).
+bench-decode: build models peers
+	$(PY) -m bench.decode --out docs/bench-decode.md
 
 # 4 agent sessions on one n_seq-4 handle from 4 threads, vs serialized and llama-server -np 4.
 bench-concurrent: build models peers $(VENV)/.bench-stamp
