@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 namespace el {
 
@@ -74,38 +75,32 @@ void check_messages(const json & messages) {
     }
 }
 
-// Whether normalize_messages would change anything.
-bool needs_normalizing(const json & messages) {
-    for (const json & m : messages) {
-        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
-            if (!m.contains("content")) {
-                return true;
+// OpenAI allows "type" to be omitted on tool calls in history, and "content" on a message
+// with tool calls; common/ does not. The messages as common/ reads them, or nothing when
+// they already are (the usual case: no copy is made then).
+std::optional<json> normalized_messages(const json & messages) {
+    std::optional<json> out;
+    for (size_t i = 0; i < messages.size(); i++) {
+        const json & m = messages[i];
+        if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) {
+            continue;
+        }
+        auto edit = [&]() -> json & {
+            if (!out) {
+                out = messages;
             }
-            for (const json & c : m["tool_calls"]) {
-                if (!c.contains("type")) {
-                    return true;
-                }
+            return (*out)[i];
+        };
+        if (!m.contains("content")) {
+            edit()["content"] = nullptr;
+        }
+        for (size_t c = 0; c < m["tool_calls"].size(); c++) {
+            if (!m["tool_calls"][c].contains("type")) {
+                edit()["tool_calls"][c]["type"] = "function";
             }
         }
     }
-    return false;
-}
-
-// OpenAI allows "type" to be omitted on tool calls in history; common/ does not.
-json normalize_messages(json messages) {
-    for (json & m : messages) {
-        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
-            for (json & c : m["tool_calls"]) {
-                if (!c.contains("type")) {
-                    c["type"] = "function";
-                }
-            }
-            if (!m.contains("content")) {
-                m["content"] = nullptr;
-            }
-        }
-    }
-    return messages;
+    return out;
 }
 
 void check_tools(const json & tools) {
@@ -401,9 +396,9 @@ common_chat_templates_inputs render(const ModelView & m, const Inputs & inputs, 
     try {
         // common/ reads its own JSON type: the caller's text is parsed again as that (the same
         // value as a dump of what was checked) rather than copied, normalised and dumped first
-        in.messages = common_chat_msgs_parse_oaicompat(needs_normalizing(messages)
-                                                           ? common_json::parse(dump(normalize_messages(messages)))
-                                                           : common_json::parse(inputs.messages_text));
+        const std::optional<json> normalized = normalized_messages(messages);
+        in.messages = common_chat_msgs_parse_oaicompat(normalized ? common_json::parse(dump(*normalized))
+                                                                  : common_json::parse(inputs.messages_text));
         in.tools    = common_chat_tools_parse_oaicompat(common_json::parse(dump(tools)));
     } catch (const std::exception & e) {
         fail(e.what());
