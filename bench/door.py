@@ -13,6 +13,8 @@ interquartile range over the turns) and the ratio of the medians.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import platform
 import socket
@@ -20,8 +22,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ from pyshim import models
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"n_ctx": 8192, "temperature": 0}
+# The bare clients each turn is sent by once more, besides the openai client.
+CLIENTS = {"min": "`http.client` (the server's own cost)", "raw": "httpx"}
 
 
 @contextmanager
@@ -80,22 +85,24 @@ def _direct(model: pyshim.Model, prompt: list[Any], options: dict[str, Any]) -> 
     return wall, first[0] if first else float("nan"), outside
 
 
-def _model_ms_of(response: httpx.Response) -> float:
+def _model_ms_of(headers: Mapping[str, str], reply: Any) -> float:
     """The model time a server reports: pyshim's header, or llama-server's own timings."""
-    if "x-pyshim-model-ms" in response.headers:
-        return float(response.headers["x-pyshim-model-ms"])
-    timings = response.json()["timings"]
+    if "x-pyshim-model-ms" in headers:
+        return float(headers["x-pyshim-model-ms"])
+    timings = reply["timings"]
     return float(timings["prompt_ms"] + timings["predicted_ms"])
 
 
 def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str, Any]) -> tuple[float, float, float]:
     args: dict[str, Any] = {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"]}
     extra = {"ignore_eos": True}
+    client.models.list()  # a kept-alive connection, however long the turn's other calls took
     t0 = time.perf_counter()
     raw = client.chat.completions.with_raw_response.create(extra_body=extra, **args)
     wall = time.perf_counter() - t0
-    outside = wall * 1e3 - _model_ms_of(raw.http_response)
+    outside = wall * 1e3 - _model_ms_of(raw.http_response.headers, raw.http_response.json())
     first: list[float] = []
+    client.models.list()
     t0 = time.perf_counter()
     for chunk in client.chat.completions.create(stream=True, extra_body=extra, **args):
         d = chunk.choices[0].delta if chunk.choices else None
@@ -104,28 +111,101 @@ def _door(client: openai.OpenAI, name: str, prompt: list[Any], options: dict[str
     return wall, first[0] if first else float("nan"), outside
 
 
-def _handler_ms(response: httpx.Response) -> float | None:
+def _handler_ms(headers: Mapping[str, str]) -> float | None:
     """The door's own time inside its handler, from its ``Server-Timing`` header (None elsewhere)."""
-    for metric in response.headers.get("server-timing", "").split(","):
+    for metric in headers.get("server-timing", "").split(","):
         name, _, dur = metric.strip().partition(";dur=")
         if name == "door" and dur:
             return float(dur)
     return None
 
 
-def _raw(
-    http: httpx.Client, url: str, name: str, prompt: list[Any], options: dict[str, Any]
-) -> tuple[float, float | None]:
-    """Wall outside the engine of a plain call sent with httpx alone (the HTTP client the openai
-    package is built on): the server's own cost, without the openai client's request building
-    and response parsing; and the part of it spent inside the door's handler."""
-    body = {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"], "ignore_eos": True}
-    t0 = time.perf_counter()
-    r = http.post(f"{url}/v1/chat/completions", json=body)
-    r.json()  # parsed inside the timing, as the openai client parses its response
+# A plain call sent by a bare HTTP client: the status, the response headers (lower-case names),
+# the parsed reply, and when the clock started (once the connection was ready).
+Post = Callable[[dict[str, Any]], tuple[int, dict[str, str], Any, float]]
+
+
+def httpx_post(http: httpx.Client, url: str) -> Post:
+    """httpx, the HTTP client the openai package is built on."""
+
+    def post(body: dict[str, Any]) -> tuple[int, dict[str, str], Any, float]:
+        http.get(f"{url}/health")  # a kept-alive connection, however long the turn's other calls took
+        t0 = time.perf_counter()
+        r = http.post(f"{url}/v1/chat/completions", json=body)
+        return r.status_code, dict(r.headers), r.json(), t0
+
+    return post
+
+
+def _fresh(url: str, stack: ExitStack) -> Callable[[], http.client.HTTPConnection]:
+    """An ``http.client`` connection, opened anew for each call before its clock starts: both
+    servers close a kept-alive connection that idles 5 s, as these do between a turn's calls."""
+    where = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=600)
+    stack.callback(conn.close)
+
+    def connect() -> http.client.HTTPConnection:
+        conn.close()
+        conn.connect()
+        time.sleep(0.01)  # the server takes the connection in before the request is timed
+        return conn
+
+    return connect
+
+
+def stdlib_post(url: str, stack: ExitStack) -> Post:
+    """The standard library's ``http.client``: the least work a client can do per call, so what
+    it measures is the server's own cost and loopback TCP."""
+    connect = _fresh(url, stack)
+
+    def post(body: dict[str, Any]) -> tuple[int, dict[str, str], Any, float]:
+        conn = connect()
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        reply = json.loads(r.read())
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, reply, t0
+
+    return post
+
+
+def stdlib_first_delta(url: str, stack: ExitStack) -> Callable[[dict[str, Any]], float]:
+    """A streamed call by ``http.client``: milliseconds to the first chunk holding content or a
+    tool call (the rest of the stream is read, unparsed)."""
+    connect = _fresh(url, stack)
+
+    def first_delta(body: dict[str, Any]) -> float:
+        conn = connect()
+        t0, first = time.perf_counter(), float("nan")
+        conn.request(
+            "POST", "/v1/chat/completions", json.dumps(body | {"stream": True}), {"Content-Type": "application/json"}
+        )
+        r = conn.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {r.read()!r}")
+        for line in r:
+            if first != first and line.startswith(b"data: {"):  # still NaN: look at this chunk
+                delta = (json.loads(line[6:]).get("choices") or [{}])[0].get("delta") or {}
+                if delta.get("content") or delta.get("tool_calls"):
+                    first = (time.perf_counter() - t0) * 1e3
+        return first
+
+    return first_delta
+
+
+def _body(name: str, prompt: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+    return {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"], "ignore_eos": True}
+
+
+def _raw(post: Post, name: str, prompt: list[Any], options: dict[str, Any]) -> tuple[float, float | None]:
+    """Wall outside the engine of a plain call sent by a bare HTTP client, without the openai
+    client's request building and response parsing; and the part of it spent inside the door's
+    handler."""
+    status, headers, reply, t0 = post(_body(name, prompt, options))  # the reply parsed inside the timing
     wall = (time.perf_counter() - t0) * 1e3
-    r.raise_for_status()
-    return wall - _model_ms_of(r), _handler_ms(r)
+    if status != 200:
+        raise RuntimeError(f"HTTP {status}: {reply}")
+    return wall - _model_ms_of(headers, reply), _handler_ms(headers)
 
 
 @contextmanager
@@ -147,10 +227,19 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
     reports), which machine load barely moves. The three take the same prompts turn by turn."""
     options = {"max_tokens": max_tokens, "ignore_eos": True}
     rows = []
-    with pyshim.Model(model, **CONFIG) as direct, server(model) as url, llama_server(model) as peer_url:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-        peer = openai.OpenAI(base_url=f"{peer_url}/v1", api_key="none", max_retries=0) if peer_url else None
-        http = httpx.Client(timeout=600)
+    with ExitStack() as stack:
+        direct = stack.enter_context(pyshim.Model(model, **CONFIG))
+        url = stack.enter_context(server(model))
+        peer_url = stack.enter_context(llama_server(model))
+        client = stack.enter_context(openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0))
+        bare = stack.enter_context(httpx.Client(timeout=600))
+        door_posts = {"raw": httpx_post(bare, url), "min": stdlib_post(url, stack)}
+        door_first = stdlib_first_delta(url, stack)
+        peer = peer_posts = peer_first = None
+        if peer_url:
+            peer = stack.enter_context(openai.OpenAI(base_url=f"{peer_url}/v1", api_key="none", max_retries=0))
+            peer_posts = {"raw": httpx_post(bare, peer_url), "min": stdlib_post(peer_url, stack)}
+            peer_first = stdlib_first_delta(peer_url, stack)
         for i, prompt in enumerate(conversation(turns)):
             d_wall, d_ttft, d_out = _direct(direct, prompt, options)
             h_wall, h_ttft, h_out = _door(client, model, prompt, options)
@@ -159,16 +248,16 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
                 | {"direct_ttft": d_ttft * 1e3, "door_ttft": h_ttft * 1e3}
                 | {"direct_outside": d_out, "door_outside": h_out}
             )
-            row["door_raw_outside"], row["door_handler"] = _raw(http, url, model, prompt, options)
-            if peer is not None:
+            for kind, post in door_posts.items():
+                row[f"door_{kind}_outside"], row[f"door_{kind}_handler"] = _raw(post, model, prompt, options)
+            row["door_min_ttft"] = door_first(_body(model, prompt, options))
+            if peer is not None and peer_posts is not None:
                 s_wall, s_ttft, s_out = _door(peer, model, prompt, options)
                 row |= {"server_wall": s_wall * 1e3, "server_ttft": s_ttft * 1e3, "server_outside": s_out}
-                row["server_raw_outside"] = _raw(http, str(peer_url), model, prompt, options)[0]
+                for kind, post in peer_posts.items():
+                    row[f"server_{kind}_outside"] = _raw(post, model, prompt, options)[0]
+                row["server_min_ttft"] = peer_first(_body(model, prompt, options))
             rows.append(row)
-        client.close()
-        http.close()
-        if peer is not None:
-            peer.close()
     return rows
 
 
@@ -193,14 +282,19 @@ def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
         }
         if all(f"server_{what}" in r for r in rows):
             out[what]["server_ms"] = statistics.median(r[f"server_{what}"] for r in rows)
-    raw = [r["door_raw_outside"] - r["direct_outside"] for r in rows]
-    med, q1, q3 = _spread(raw)
-    out["raw"] = {"door_ms": statistics.median(r["door_raw_outside"] for r in rows), "overhead_ms": med}
-    out["raw"] |= {"overhead_q1": q1, "overhead_q3": q3, "client_ms": out["outside"]["door_ms"] - out["raw"]["door_ms"]}
-    if all(r.get("door_handler") is not None for r in rows):
-        out["raw"]["handler_ms"] = statistics.median(r["door_handler"] for r in rows)
-    if all("server_raw_outside" in r for r in rows):
-        out["raw"]["server_ms"] = statistics.median(r["server_raw_outside"] for r in rows)
+    med, q1, q3 = _spread([r["door_min_ttft"] - r["direct_ttft"] for r in rows])
+    out["min_ttft"] = {"door_ms": statistics.median(r["door_min_ttft"] for r in rows), "overhead_ms": med}
+    out["min_ttft"] |= {"overhead_q1": q1, "overhead_q3": q3}
+    if all("server_min_ttft" in r for r in rows):
+        out["min_ttft"]["server_ms"] = statistics.median(r["server_min_ttft"] for r in rows)
+    for kind in CLIENTS:
+        med, q1, q3 = _spread([r[f"door_{kind}_outside"] - r["direct_outside"] for r in rows])
+        out[kind] = {"door_ms": statistics.median(r[f"door_{kind}_outside"] for r in rows), "overhead_ms": med}
+        out[kind] |= {"overhead_q1": q1, "overhead_q3": q3}
+        if all(r.get(f"door_{kind}_handler") is not None for r in rows):
+            out[kind]["handler_ms"] = statistics.median(r[f"door_{kind}_handler"] for r in rows)
+        if all(f"server_{kind}_outside" in r for r in rows):
+            out[kind]["server_ms"] = statistics.median(r[f"server_{kind}_outside"] for r in rows)
     return out
 
 
@@ -235,36 +329,51 @@ def markdown(model: str, turns: int, max_tokens: int, s: dict[str, dict[str, flo
 
 
 def raw_table(s: dict[str, dict[str, float]]) -> list[str]:
-    """The outside time of a plain call split into the server's share and the openai client's."""
-    r, o = s["raw"], s["outside"]
-    peer = f"{r['server_ms']:.1f} ms" if "server_ms" in r else "not built"
-    peer_openai = f"{o['server_ms']:.1f} ms" if "server_ms" in o else "not built"
+    """The outside time of a plain call by client: what the server costs, and what each client adds."""
+    o, lean, t = s["outside"], s["min"], s["min_ttft"]
     lines = [
         "",
-        "Where the outside time goes, plain call (median ms per call; the same turns sent once more with httpx "
-        "alone, the HTTP client the openai package is built on, so the client's own request building and "
-        "response parsing drop out):",
+        "Where the outside time goes, plain call (median ms per call). The same turns are sent once more by two "
+        "bare HTTP clients, so the openai client's request building and response parsing drop out: httpx, the "
+        "client the openai package is built on, and the standard library's `http.client` on a kept-alive "
+        "connection, the least work a client can do, whose row is the server's own cost and loopback TCP:",
         "",
         "| client | in-process | door | door − in-process: median [IQR] | llama-server HTTP |",
         "|---|---|---|---|---|",
-        f"| httpx (the server's own cost) | {o['direct_ms']:.1f} ms | {r['door_ms']:.1f} ms | "
-        f"{r['overhead_ms']:+.2f} ms [{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {peer} |",
-        f"| openai client | {o['direct_ms']:.1f} ms | {o['door_ms']:.1f} ms | {o['overhead_ms']:+.2f} ms "
-        f"| {peer_openai} |",
-        "",
-        f"The openai client itself accounts for about {r['client_ms']:.1f} ms of each door call "
-        "(openai row minus httpx row); it costs the same against any server.",
     ]
-    if "handler_ms" in r:
+    for kind, label in CLIENTS.items():
+        r = s[kind]
+        lines.append(
+            f"| {label} | {o['direct_ms']:.1f} ms | {r['door_ms']:.1f} ms | {r['overhead_ms']:+.2f} ms "
+            f"[{r['overhead_q1']:+.2f}, {r['overhead_q3']:+.2f}] | {_peer(r)} |"
+        )
+    lines += [
+        f"| openai client | {o['direct_ms']:.1f} ms | {o['door_ms']:.1f} ms | {o['overhead_ms']:+.2f} ms "
+        f"[{o['overhead_q1']:+.2f}, {o['overhead_q3']:+.2f}] | {_peer(o)} |",
+        "",
+        f"Each client's own work, the same against any server: httpx about {s['raw']['door_ms'] - lean['door_ms']:.1f} "
+        f"ms more than `http.client`, the openai client about {o['door_ms'] - s['raw']['door_ms']:.1f} ms more "
+        "than httpx.",
+        "",
+        f"Time to first token, streamed, sent by `http.client` (the server's own cost): {t['door_ms']:.1f} ms "
+        f"through the door against {s['ttft']['direct_ms']:.1f} ms in-process, {t['overhead_ms']:+.2f} ms per call "
+        f"[{t['overhead_q1']:+.2f}, {t['overhead_q3']:+.2f}]; llama-server HTTP {_peer(t)}.",
+    ]
+    if "handler_ms" in lean:
         lines += [
             "",
-            f"Of the door's {r['door_ms']:.1f} ms (httpx row), {r['handler_ms']:.1f} ms is spent inside its request "
-            "handler outside the library (the `door` entry of its `Server-Timing` header: reading and parsing the "
-            "body, the hop to the model's worker thread and back, the library call's own outside time that "
-            f"in-process calls pay too, building the response); the other {r['door_ms'] - r['handler_ms']:.1f} ms is "
-            "HTTP: uvicorn reading and writing, loopback TCP, httpx sending the request and reading the reply.",
+            f"Of the door's {lean['door_ms']:.1f} ms (`http.client` row), {lean['handler_ms']:.1f} ms is spent inside "
+            "its request handler outside the library (the `door` entry of its `Server-Timing` header: reading and "
+            "parsing the body, the hop to the model's worker thread and back, the library call's own outside time "
+            f"that in-process calls pay too, building the response); the other "
+            f"{lean['door_ms'] - lean['handler_ms']:.1f} ms is HTTP: uvicorn reading and writing, loopback TCP, the "
+            "client sending the request and reading the reply.",
         ]
     return lines
+
+
+def _peer(r: dict[str, float]) -> str:
+    return f"{r['server_ms']:.1f} ms" if "server_ms" in r else "not built"
 
 
 def main() -> None:

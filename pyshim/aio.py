@@ -34,6 +34,8 @@ __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "agenerate", "arun", "as
 
 # How often a cancelled call looks whether its worker has returned.
 _POLL_S = 0.05
+# The longest a stream's first delta waits for its reader (AsyncStream).
+_FIRST_DELTA_WAIT_S = 0.05
 
 
 class Overloaded(ShimError):
@@ -212,9 +214,18 @@ class AsyncStream:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         model, messages, tools, options = self._args
+        read = threading.Event()  # the reader came back for more after the first delta
 
         def on_delta(delta: Delta) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, delta)
+            # The first delta waits (a bounded while) until the reader has handled it: on a
+            # machine whose cores all compute the next token, the event loop would otherwise
+            # wait for a time slice before it can send the first token on (+4 ms to first
+            # token through the door, docs/bench-door.md). Later deltas never wait, so
+            # decoding never waits for the reader.
+            if not read.is_set():
+                read.wait(_FIRST_DELTA_WAIT_S)
+                read.set()
 
         # The worker's last call_soon_threadsafe precedes the task's completion, so the
         # end marker queued by the done callback comes after every delta.
@@ -223,8 +234,10 @@ class AsyncStream:
         try:
             while (item := await queue.get()) is not self._END:
                 yield item
+                read.set()
             self.result = self._task.result()
         finally:
+            read.set()
             await self._stop()
 
     async def _stop(self) -> None:

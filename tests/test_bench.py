@@ -88,9 +88,10 @@ def test_door_benchmark_smoke() -> None:
     assert [r["turn"] for r in rows] == [1, 2]
     assert all(r["door_wall"] > 0 and r["direct_wall"] > 0 and r["door_ttft"] > 0 for r in rows)
     s = summary(rows)
-    assert set(s) == {"wall", "ttft", "outside", "raw"} and s["outside"]["door_ms"] > 0
-    assert all(r["door_raw_outside"] > 0 for r in rows)
-    assert markdown(SMOL, 2, 1, s).count("\n| ") == 7
+    assert set(s) == {"wall", "ttft", "outside", "raw", "min", "min_ttft"} and s["outside"]["door_ms"] > 0
+    assert all(r["door_raw_outside"] > 0 and r["door_min_outside"] > 0 for r in rows)
+    assert all(r["door_min_handler"] is not None for r in rows)  # the door's Server-Timing header
+    assert markdown(SMOL, 2, 1, s).count("\n| ") == 8
 
 
 def test_concurrent_benchmark_harness_smoke() -> None:
