@@ -335,8 +335,9 @@ def raw_table(s: dict[str, dict[str, float]]) -> list[str]:
         "",
         "Where the outside time goes, plain call (median ms per call). The same turns are sent once more by two "
         "bare HTTP clients, so the openai client's request building and response parsing drop out: httpx, the "
-        "client the openai package is built on, and the standard library's `http.client` on a kept-alive "
-        "connection, the least work a client can do, whose row is the server's own cost and loopback TCP:",
+        "client the openai package is built on, and the standard library's `http.client`, the least work a client "
+        "can do, whose row is the server's own cost and loopback TCP. Every client's connection is ready before "
+        "the clock starts (both servers close one that idles 5 s, as they do between a turn's calls):",
         "",
         "| client | in-process | door | door − in-process: median [IQR] | llama-server HTTP |",
         "|---|---|---|---|---|",
