@@ -2,6 +2,9 @@
 // per slot, in arrival order) and, on handles with several slots, the evaluator thread that
 // runs every evaluation, combining the next token of every decoding call into one batch
 // (continuous batching), with prompt chunks of joining calls evaluated between those steps.
+// Between, not inside: with a cache stream per slot llama.cpp splits a mixed batch into the
+// same ubatches anyway (split_equal), and one llama_decode would tie a chunk's abort or
+// failure to the other calls' tokens (docs/reuse.md, "Calls at once").
 //
 // Invariant: everything that touches the context runs under the handle's mutex, and a
 // step's logits are consumed (each participant's next token chosen, by `after`) before that
