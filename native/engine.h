@@ -12,7 +12,6 @@
 #include "config.h"
 #include "el_shim.h"
 #include "json_args.h"
-#include "parser_cache.h"
 #include "llama.h"
 #include "rpc.h"
 #include "scheduler.h"
@@ -139,7 +138,6 @@ class Engine {
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
-    ParserCache               parsers_;  // recent output parsers, loaded (parser_cache.h)
     std::unique_ptr<Slots>    slots_;
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot

@@ -408,6 +408,7 @@ common_chat_templates_inputs render(const ModelView & m, const Inputs & inputs, 
     in.reasoning_format    = COMMON_REASONING_FORMAT_AUTO;
     in.add_bos             = llama_vocab_get_add_bos(m.vocab);
     in.add_eos             = llama_vocab_get_add_eos(m.vocab);
+    in.parser_object       = true;  // the output parser as an object, not saved to be loaded back
     if (in.messages.back().role == "assistant") {
         // Continue a partial assistant message rather than open a new one.
         in.add_generation_prompt  = false;
@@ -425,8 +426,8 @@ common_chat_templates_inputs render(const ModelView & m, const Inputs & inputs, 
     r.parser.reasoning_format = COMMON_REASONING_FORMAT_AUTO;
     r.parser.parse_tool_calls = tools_active;
     r.parser.is_continuation  = in.continue_final_message != COMMON_CHAT_CONTINUATION_NONE;
-    if (!r.chat.parser.empty()) {
-        r.parser.parser = m.parsers.load(r.chat.parser);
+    if (r.chat.parser_arena) {  // asked for as an object (in.parser_object): nothing to load
+        r.parser.parser = std::move(*r.chat.parser_arena);
     }
     for (const auto & stop : r.chat.additional_stops) {
         r.stops.push_back(stop);

@@ -10,7 +10,6 @@
 #include "config.h"
 #include "prompt_cache.h"
 #include "sampling.h"
-#include "parser_cache.h"
 #include "token_cache.h"
 
 #include "json_args.h"
@@ -93,7 +92,6 @@ struct ModelView {
     int32_t                       n_ctx;              // tokens per slot
     bool                          wants_checkpoints;  // place the last-message checkpoint
     TokenCache &                  tokens;             // the handle's recent prompts and their tokens
-    ParserCache &                 parsers;            // the handle's recent output parsers, loaded
 };
 
 // What a prepared request would feed the engine, for the prepare_only test hook: the rendered
