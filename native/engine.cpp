@@ -152,6 +152,7 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
             (p.t0 + std::chrono::microseconds((int64_t) (p.req.timeout_ms * 1000))).time_since_epoch().count();
     }
     const auto t_sampler = steady::now();
+    p.req.sampling.grammar_cache = grammars_.get();  // a grammar seen before is cloned, not parsed
     p.sampler.reset(common_sampler_init(model_, p.req.sampling));
     if (!p.sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");

@@ -14,6 +14,7 @@
 #include "json_args.h"
 #include "llama.h"
 #include "rpc.h"
+#include "sampling.h"
 #include "scheduler.h"
 #include "slots.h"
 #include "timing.h"
@@ -137,6 +138,12 @@ class Engine {
     llama_context *           ctx_   = nullptr;
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
+    // Tool and schema grammars parsed once, cloned per call (common_grammar_cache, a patch to
+    // common/sampling); it holds the model's vocab, so it goes before the model.
+    struct GrammarCacheFree {
+        void operator()(common_grammar_cache * c) const { common_grammar_cache_free(c); }
+    };
+    std::unique_ptr<common_grammar_cache, GrammarCacheFree> grammars_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
     std::unique_ptr<Slots>    slots_;
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)

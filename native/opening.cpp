@@ -26,6 +26,7 @@ Engine::~Engine() {
             slots_->release_host_state();
         }
         templates_.reset();
+        grammars_.reset();
         if (batch_.token != nullptr) {
             llama_batch_free(batch_);
         }
@@ -36,6 +37,7 @@ Engine::~Engine() {
     }
     slots_.reset();
     templates_.reset();
+    grammars_.reset();
     if (batch_.token != nullptr) {
         llama_batch_free(batch_);
     }
@@ -65,6 +67,7 @@ void Engine::open(const char * config_json) {
     } catch (const std::exception & e) {
         fail(std::string("chat template does not parse: ") + e.what());
     }
+    grammars_.reset(common_grammar_cache_init());
 
     const int32_t n_swa = llama_model_n_swa(model_);
     MemoryKind kind = MemoryKind::Trimmable;

@@ -5,11 +5,14 @@ bare JSON and, unconstrained, keeps writing calls until the token limit."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyshim
 from pyshim.cli import DEMO_SYSTEM, DEMO_TASK
 from pyshim.demo_tools import DEMO_TOOLS
 from pyshim.tools import as_tool
+
+QWEN = "qwen2.5-coder-0.5b-instruct"
 
 SCHEMAS = [as_tool(t).schema for t in DEMO_TOOLS]
 SECOND_TURN = [
@@ -52,3 +55,46 @@ def test_an_answer_that_is_not_a_call_stays_free(qwen: pyshim.Model) -> None:
     )
     assert r["tool_calls"] == [] and r["invalid_tool_calls"] == []
     assert r["content"] and not r["content"].lstrip().startswith("{")
+
+
+# Four grammars: a forced call (any tool), a named tool, the lazy grammar of tool_choice auto,
+# and a json_schema response.
+GRAMMAR_VARIANTS: list[dict[str, Any]] = [
+    {"tool_choice": "required"},
+    {"tool_choice": {"type": "function", "function": {"name": "convert_units"}}},
+    {"tool_choice": "auto"},
+    {
+        "tool_choice": "none",
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "count",
+                "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            },
+        }
+    },
+]
+
+
+def _answer(r: dict[str, Any]) -> tuple[Any, ...]:
+    """What the model wrote (a call's id is random)."""
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in r.get("tool_calls") or []]
+    return r["content"], calls, r["n_decoded"], r["finish_reason"]
+
+
+def test_a_grammar_cloned_from_the_handle_cache_constrains_as_a_fresh_parse(qwen: pyshim.Model) -> None:
+    """A handle parses each grammar once and clones it for later calls
+    (native/patches/common-sampling-grammar-cache.patch). Calls that alternate between four
+    grammars on one handle, twice round, answer exactly as each does on a handle of its own,
+    where its grammar is parsed. Each call starts from an empty cache (reset), so prefix reuse
+    plays no part."""
+    prompt = [{"role": "user", "content": "Say hello to Ada in five words."}]
+    fresh = []
+    for variant in GRAMMAR_VARIANTS:
+        with pyshim.Model(QWEN, n_ctx=4096, temperature=0) as m:
+            fresh.append(_answer(m.generate(prompt, SCHEMAS, max_tokens=40, **variant)))
+    assert len(set(map(str, fresh))) >= 3  # different answers, so that a mix-up shows (auto calls too)
+    for _ in range(2):
+        for variant, expected in zip(GRAMMAR_VARIANTS, fresh, strict=True):
+            qwen.reset()
+            assert _answer(qwen.generate(prompt, SCHEMAS, max_tokens=40, **variant)) == expected, variant
