@@ -71,7 +71,7 @@ GRAMMAR_VARIANTS: list[dict[str, Any]] = [
                 "name": "count",
                 "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
             },
-        }
+        },
     },
 ]
 
