@@ -251,7 +251,7 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
             for kind, post in door_posts.items():
                 row[f"door_{kind}_outside"], row[f"door_{kind}_handler"] = _raw(post, model, prompt, options)
             row["door_min_ttft"] = door_first(_body(model, prompt, options))
-            if peer is not None and peer_posts is not None:
+            if peer is not None and peer_posts is not None and peer_first is not None:
                 s_wall, s_ttft, s_out = _door(peer, model, prompt, options)
                 row |= {"server_wall": s_wall * 1e3, "server_ttft": s_ttft * 1e3, "server_outside": s_out}
                 for kind, post in peer_posts.items():
