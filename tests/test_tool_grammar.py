@@ -82,19 +82,20 @@ def _answer(r: dict[str, Any]) -> tuple[Any, ...]:
     return r["content"], calls, r["n_decoded"], r["finish_reason"]
 
 
-def test_a_grammar_cloned_from_the_handle_cache_constrains_as_a_fresh_parse(qwen: pyshim.Model) -> None:
+def test_a_grammar_cloned_from_the_handle_cache_constrains_as_a_fresh_parse() -> None:
     """A handle parses each grammar once and clones it for later calls
-    (native/patches/common-sampling-grammar-cache.patch). Calls that alternate between four
-    grammars on one handle, twice round, answer exactly as each does on a handle of its own,
-    where its grammar is parsed. Each call starts from an empty cache (reset), so prefix reuse
-    plays no part."""
+    (native/patches/common-sampling-grammar-cache.patch). On a new handle, four grammars are
+    each parsed by their first call; the same four calls again take clones and must answer
+    exactly as the parsed ones did. Each call starts from an empty cache (reset), so prefix
+    reuse plays no part."""
     prompt = [{"role": "user", "content": "Say hello to Ada in five words."}]
-    fresh = []
-    for variant in GRAMMAR_VARIANTS:
-        with pyshim.Model(QWEN, n_ctx=4096, temperature=0) as m:
-            fresh.append(_answer(m.generate(prompt, SCHEMAS, max_tokens=40, **variant)))
-    assert len(set(map(str, fresh))) >= 3  # different answers, so that a mix-up shows (auto calls too)
-    for _ in range(2):
-        for variant, expected in zip(GRAMMAR_VARIANTS, fresh, strict=True):
-            qwen.reset()
-            assert _answer(qwen.generate(prompt, SCHEMAS, max_tokens=40, **variant)) == expected, variant
+    with pyshim.Model(QWEN, n_ctx=4096, temperature=0) as m:
+
+        def answer(variant: dict[str, Any]) -> tuple[Any, ...]:
+            m.reset()
+            return _answer(m.generate(prompt, SCHEMAS, max_tokens=40, **variant))
+
+        parsed = [answer(v) for v in GRAMMAR_VARIANTS]
+        assert len(set(map(str, parsed))) >= 3  # different answers, so that a mix-up shows (auto calls too)
+        for variant, expected in zip(GRAMMAR_VARIANTS, parsed, strict=True):
+            assert answer(variant) == expected, variant
