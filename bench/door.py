@@ -193,6 +193,13 @@ def stdlib_first_delta(url: str, stack: ExitStack) -> Callable[[dict[str, Any]],
     return first_delta
 
 
+def _bare_clients(
+    bare: httpx.Client, url: str, stack: ExitStack
+) -> tuple[dict[str, Post], Callable[[dict[str, Any]], float]]:
+    """One server's bare senders: a plain call by each of CLIENTS, and a streamed one by ``http.client``."""
+    return {"raw": httpx_post(bare, url), "min": stdlib_post(url, stack)}, stdlib_first_delta(url, stack)
+
+
 def _body(name: str, prompt: list[Any], options: dict[str, Any]) -> dict[str, Any]:
     return {"model": name, "messages": prompt, "tools": TOOLS, "max_tokens": options["max_tokens"], "ignore_eos": True}
 
@@ -233,13 +240,11 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
         peer_url = stack.enter_context(llama_server(model))
         client = stack.enter_context(openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0))
         bare = stack.enter_context(httpx.Client(timeout=600))
-        door_posts = {"raw": httpx_post(bare, url), "min": stdlib_post(url, stack)}
-        door_first = stdlib_first_delta(url, stack)
+        door_posts, door_first = _bare_clients(bare, url, stack)
         peer = peer_posts = peer_first = None
         if peer_url:
             peer = stack.enter_context(openai.OpenAI(base_url=f"{peer_url}/v1", api_key="none", max_retries=0))
-            peer_posts = {"raw": httpx_post(bare, peer_url), "min": stdlib_post(peer_url, stack)}
-            peer_first = stdlib_first_delta(peer_url, stack)
+            peer_posts, peer_first = _bare_clients(bare, peer_url, stack)
         for i, prompt in enumerate(conversation(turns)):
             d_wall, d_ttft, d_out = _direct(direct, prompt, options)
             h_wall, h_ttft, h_out = _door(client, model, prompt, options)
