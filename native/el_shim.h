@@ -122,8 +122,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 4
-#define EL_ABI_VERSION "1.4"
+#define EL_ABI_VERSION_MINOR 5
+#define EL_ABI_VERSION "1.5"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -334,6 +334,10 @@ EL_API const char *el_last_error(void);
 **                      instead of run again: an iteration is reused only
 **                      when everything it reads is the same as then. The
 **                      prompt is always that of a full render (since 1.4)
+**   n_messages_reused  messages taken, already read and checked, from the
+**                      handle's earlier calls instead of parsed again: a
+**                      message is reused only when its JSON text is the
+**                      same bytes (since 1.5)
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate

@@ -131,7 +131,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
 std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
                           const char * tools_json, const char * options_json, Call *& tracked) {
     p.req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
-                                    *tokens_},
+                                    *tokens_, messages_},
                           messages_json, tools_json, options_json);
     p.call.device_lost = p.req.device_lost;
     p.call.request_id  = p.req.request_id;
@@ -170,6 +170,7 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     rep.ms_tokenize       = p.req.tokenizing.ms_tokenize;
     rep.n_tokenize_reused = p.req.tokenizing.n_reused;
     rep.n_render_reused   = p.req.n_render_reused;
+    rep.n_messages_reused = p.req.n_messages_reused;
     rep.n_prompt          = p.req.prompt.size();
     if (!p.req.prepare_only && !should_stop(p.call)) {
         if (sched_->admit(lock, [&] { return should_stop(p.call); })) {

@@ -13,6 +13,7 @@
 #include "el_shim.h"
 #include "json_args.h"
 #include "llama.h"
+#include "message_cache.h"
 #include "rpc.h"
 #include "sampling.h"
 #include "scheduler.h"
@@ -145,6 +146,7 @@ class Engine {
     };
     std::unique_ptr<common_grammar_cache, GrammarCacheFree> grammars_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
+    MessageCache                messages_;  // recently read messages (message_cache.h)
     std::unique_ptr<Slots>    slots_;
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot

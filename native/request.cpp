@@ -24,83 +24,135 @@ namespace el {
 
 namespace {
 
-void check_messages(const json & messages) {
+// One message of the caller's array, `i` its index (only to name it in an error).
+void check_message(const json & m, size_t i) {
+    static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) {
+        fail(where + " must be an object");
+    }
+    if (!m.contains("role") || !m["role"].is_string()) {
+        fail(where + " needs a string \"role\"");
+    }
+    const std::string role = m["role"].get<std::string>();
+    if (!roles.count(role)) {
+        fail(where + " has unknown role \"" + role + "\" (expected system, developer, user, assistant or tool)");
+    }
+    const json * content = find(m, "content");
+    if (content != nullptr && !content->is_string() && !content->is_array()) {
+        fail(where + ".content must be a string, an array of parts or null");
+    }
+    if (content != nullptr && content->is_array()) {
+        for (const json & part : *content) {
+            if (!part.is_object() || get_string(part, "type", "") != "text" || !part.contains("text") ||
+                !part["text"].is_string()) {
+                fail(where + ".content parts must be {\"type\": \"text\", \"text\": string}");
+            }
+        }
+    }
+    const json * calls = find(m, "tool_calls");
+    if (calls != nullptr) {
+        if (role != "assistant" || !calls->is_array()) {
+            fail(where + ".tool_calls must be an array on an assistant message");
+        }
+        for (const json & c : *calls) {
+            if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+                !c["function"].contains("name") || !c["function"]["name"].is_string() ||
+                !c["function"].contains("arguments")) {
+                fail(where + ".tool_calls entries must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+            }
+        }
+    } else if (content == nullptr) {
+        fail(where + " needs \"content\"");
+    }
+}
+
+// OpenAI allows "type" to be omitted on tool calls in history, and "content" on a message
+// with tool calls; common/ does not. The message as common/ reads it, or nothing when it
+// already is (the usual case: no copy is made then).
+std::optional<json> normalized_message(const json & m) {
+    std::optional<json> out;
+    if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) {
+        return out;
+    }
+    auto edit = [&]() -> json & {
+        if (!out) {
+            out = m;
+        }
+        return *out;
+    };
+    if (!m.contains("content")) {
+        edit()["content"] = nullptr;
+    }
+    for (size_t c = 0; c < m["tool_calls"].size(); c++) {
+        if (!m["tool_calls"][c].contains("type")) {
+            edit()["tool_calls"][c]["type"] = "function";
+        }
+    }
+    return out;
+}
+
+// common/'s reading of checked messages, `text` the caller's own (the same value as a dump
+// of `messages`): it is parsed again as common/'s JSON type rather than copied and dumped,
+// unless a message had to be normalised.
+std::vector<common_chat_msg> to_common(const json & messages, const std::string & text) {
+    std::optional<json> normalized;
+    for (size_t i = 0; i < messages.size(); i++) {
+        if (std::optional<json> one = normalized_message(messages[i])) {
+            if (!normalized) {
+                normalized = messages;
+            }
+            (*normalized)[i] = std::move(*one);
+        }
+    }
+    try {
+        return common_chat_msgs_parse_oaicompat(normalized ? common_json::parse(dump(*normalized))
+                                                           : common_json::parse(text));
+    } catch (const std::exception & e) {
+        fail(e.what());
+    }
+}
+
+// The caller's messages read whole: parsed, each checked (the first error in order is the
+// one reported) and converted.
+std::vector<common_chat_msg> read_messages_whole(const char * text) {
+    const json messages = parse_json_arg(text, "messages");
     if (!messages.is_array()) {
         fail("messages must be a JSON array");
     }
     if (messages.empty()) {
         fail("messages is empty");
     }
-    static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
     for (size_t i = 0; i < messages.size(); i++) {
-        const json & m = messages[i];
-        const std::string where = "messages[" + std::to_string(i) + "]";
-        if (!m.is_object()) {
-            fail(where + " must be an object");
-        }
-        if (!m.contains("role") || !m["role"].is_string()) {
-            fail(where + " needs a string \"role\"");
-        }
-        const std::string role = m["role"].get<std::string>();
-        if (!roles.count(role)) {
-            fail(where + " has unknown role \"" + role + "\" (expected system, developer, user, assistant or tool)");
-        }
-        const json * content = find(m, "content");
-        if (content != nullptr && !content->is_string() && !content->is_array()) {
-            fail(where + ".content must be a string, an array of parts or null");
-        }
-        if (content != nullptr && content->is_array()) {
-            for (const json & part : *content) {
-                if (!part.is_object() || get_string(part, "type", "") != "text" || !part.contains("text") ||
-                    !part["text"].is_string()) {
-                    fail(where + ".content parts must be {\"type\": \"text\", \"text\": string}");
-                }
-            }
-        }
-        const json * calls = find(m, "tool_calls");
-        if (calls != nullptr) {
-            if (role != "assistant" || !calls->is_array()) {
-                fail(where + ".tool_calls must be an array on an assistant message");
-            }
-            for (const json & c : *calls) {
-                if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
-                    !c["function"].contains("name") || !c["function"]["name"].is_string() ||
-                    !c["function"].contains("arguments")) {
-                    fail(where + ".tool_calls entries must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
-                }
-            }
-        } else if (content == nullptr) {
-            fail(where + " needs \"content\"");
-        }
+        check_message(messages[i], i);
     }
+    return to_common(messages, text);
 }
 
-// OpenAI allows "type" to be omitted on tool calls in history, and "content" on a message
-// with tool calls; common/ does not. The messages as common/ reads them, or nothing when
-// they already are (the usual case: no copy is made then).
-std::optional<json> normalized_messages(const json & messages) {
-    std::optional<json> out;
-    for (size_t i = 0; i < messages.size(); i++) {
-        const json & m = messages[i];
-        if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) {
-            continue;
-        }
-        auto edit = [&]() -> json & {
-            if (!out) {
-                out = messages;
+// One element of the array, read as the whole read reads it.
+common_chat_msg read_message(std::string_view text, size_t i) {
+    json one = json::array();
+    one.push_back(json::parse(text.begin(), text.end()));
+    check_message(one[0], i);
+    return to_common(one, "[" + std::string(text) + "]").front();
+}
+
+// The caller's messages, each element converted only when the handle has not read the same
+// bytes before (native/message_cache.h). Where the element-wise read refuses the array, the
+// whole read reads it, and words any error, as it always did.
+std::vector<common_chat_msg> read_messages(MessageCache & cache, const char * text, size_t & n_reused,
+                                           bool by_position) {
+    if (text != nullptr) {
+        try {
+            if (auto msgs = cache.read(text, read_message, &n_reused, by_position)) {
+                return std::move(*msgs);
             }
-            return (*out)[i];
-        };
-        if (!m.contains("content")) {
-            edit()["content"] = nullptr;
-        }
-        for (size_t c = 0; c < m["tool_calls"].size(); c++) {
-            if (!m["tool_calls"][c].contains("type")) {
-                edit()["tool_calls"][c]["type"] = "function";
-            }
+        } catch (const std::exception &) {
+            // an element that does not read alone: the whole read says what is wrong
         }
     }
-    return out;
+    n_reused = 0;
+    return read_messages_whole(text);
 }
 
 void check_tools(const json & tools) {
@@ -132,23 +184,40 @@ void check_tools(const json & tools) {
 }
 
 struct Inputs {
-    const char * messages_text = nullptr;  // as the caller sent it
-    json messages;
-    json tools;
-    json opt;
+    const char *                 messages_text = nullptr;  // as the caller sent it
+    std::vector<common_chat_msg> messages;                 // as common/ reads them
+    size_t                       n_messages_reused = 0;    // of them, taken from the handle's cache
+    json                         tools;
+    json                         opt;
 };
 
-Inputs read_inputs(const char * messages_json, const char * tools_json, const char * options_json) {
+// The "_test.messages_by_position" hook (the message cache's fault), looked up in the options
+// before the messages are read.
+bool messages_by_position(const json & opt) {
+#ifdef EL_TEST_HOOKS
+    const json * t = opt.is_object() ? find(opt, "_test") : nullptr;
+    const json * v = t != nullptr && t->is_object() ? find(*t, "messages_by_position") : nullptr;
+    return v != nullptr && v->is_boolean() && v->get<bool>();
+#else
+    (void) opt;
+    return false;
+#endif
+}
+
+Inputs read_inputs(MessageCache & cache, const char * messages_json, const char * tools_json,
+                   const char * options_json) {
     Inputs in;
+    // parsed first for the test hook; what is wrong with them is reported after the messages
+    // and the tools, as always
+    json opt = options_json == nullptr ? json::object() : json::parse(options_json, nullptr, false);
     in.messages_text = messages_json;
-    in.messages      = parse_json_arg(messages_json, "messages");
-    check_messages(in.messages);
+    in.messages      = read_messages(cache, messages_json, in.n_messages_reused, messages_by_position(opt));
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
         in.tools = json::array();
     }
     check_tools(in.tools);
-    in.opt = options_json == nullptr ? json::object() : parse_json_arg(options_json, "options");
+    in.opt = opt.is_discarded() ? parse_json_arg(options_json, "options") : std::move(opt);
     if (in.opt.is_null()) {
         in.opt = json::object();
     }
@@ -160,6 +229,18 @@ Inputs read_inputs(const char * messages_json, const char * tools_json, const ch
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
                                  "timeout_ms", "cache_prompt", "session", "request_id", "_test"}, "options");
     return in;
+}
+
+// The check_messages test hook: the messages as read (from the handle's cache, mostly)
+// against a whole read of the caller's text; the call fails where they differ.
+void check_cached_messages(const Inputs & in) {
+    const std::vector<common_chat_msg> whole = read_messages_whole(in.messages_text);
+    for (size_t i = 0; i < std::max(whole.size(), in.messages.size()); i++) {
+        if (i >= whole.size() || i >= in.messages.size() || whole[i] != in.messages[i]) {
+            fail("test hook check_messages: the cached reading of the messages differs from a whole one at message " +
+                 std::to_string(i) + " of " + std::to_string(whole.size()));
+        }
+    }
 }
 
 #ifdef EL_TEST_HOOKS
@@ -215,7 +296,7 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         }
         reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost",
                                  "sampler_chain", "corrupt", "force", "leak_bytes", "probe", "check_tokens",
-                                 "tokens_ignore_edits", "prepare_only"},
+                                 "tokens_ignore_edits", "check_messages", "messages_by_position", "prepare_only"},
                             "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
@@ -241,6 +322,8 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         r.probe      = (int32_t) get_int(*t, "probe", 0, 0, INT32_MAX);
         r.check_tokens        = get_bool(*t, "check_tokens", false);
         r.tokens_ignore_edits = get_bool(*t, "tokens_ignore_edits", false);
+        r.check_messages      = get_bool(*t, "check_messages", false);
+        get_bool(*t, "messages_by_position", false);  // read before the messages (read_inputs)
         r.prepare_only        = get_bool(*t, "prepare_only", false);
 #else
         (void) t;
@@ -388,18 +471,12 @@ json read_response_format(const json & opt, bool tools_active) {
 }
 
 // Render the prompt with the model's own template, and set up the output parser.
-common_chat_templates_inputs render(const ModelView & m, const Inputs & inputs, bool parallel, bool tools_active,
+common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool parallel, bool tools_active,
                                     Request & r) {
-    const json & messages = inputs.messages;
-    const json & tools    = inputs.tools;
     common_chat_templates_inputs in;
+    in.messages = std::move(inputs.messages);
     try {
-        // common/ reads its own JSON type: the caller's text is parsed again as that (the same
-        // value as a dump of what was checked) rather than copied, normalised and dumped first
-        const std::optional<json> normalized = normalized_messages(messages);
-        in.messages = common_chat_msgs_parse_oaicompat(normalized ? common_json::parse(dump(*normalized))
-                                                                  : common_json::parse(inputs.messages_text));
-        in.tools    = common_chat_tools_parse_oaicompat(common_json::parse(dump(tools)));
+        in.tools = common_chat_tools_parse_oaicompat(common_json::parse(dump(inputs.tools)));
     } catch (const std::exception & e) {
         fail(e.what());
     }
@@ -560,7 +637,7 @@ json prepared_json(const Request & r) {
 Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
                       const char * options_json) {
     Request r;
-    const Inputs inputs = read_inputs(messages_json, tools_json, options_json);
+    Inputs inputs = read_inputs(m.messages, messages_json, tools_json, options_json);
     // renders run on this thread: what its loop memo counts meanwhile is this call's
     const uint64_t memo_hits = jinja::loop_memo_thread_stats().hits;
     const json & opt = inputs.opt;
@@ -571,6 +648,10 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     }
     r.cache_prompt = get_bool(opt, "cache_prompt", true);
     read_sampling(opt, m, read_test_hooks(opt, m.vocab, r), r);
+    r.n_messages_reused = inputs.n_messages_reused;
+    if (r.check_messages) {
+        check_cached_messages(inputs);
+    }
 
     const std::string named = read_tool_choice(opt, inputs.tools, r);
     const bool parallel     = get_bool(opt, "parallel_tool_calls", true);

@@ -8,6 +8,7 @@
 
 #include "chat.h"
 #include "config.h"
+#include "message_cache.h"
 #include "prompt_cache.h"
 #include "sampling.h"
 #include "token_cache.h"
@@ -65,6 +66,7 @@ struct Request {
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     double                       ms_template = 0;         // rendering the chat template
     size_t                       n_render_reused = 0;     // template loop iterations taken from earlier renders
+    size_t                       n_messages_reused = 0;   // messages read from the handle's cache
     TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent
     // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
     UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
@@ -82,6 +84,7 @@ struct Request {
     bool                         check_tokens = false;       // also tokenize from scratch; fail if they differ
     bool                         prepare_only = false;       // return after preparing, before a slot is picked
     bool                         tokens_ignore_edits = false;  // a token cache that ignores edits (must be caught)
+    bool                         check_messages = false;       // also read the messages whole; fail if they differ
 };
 
 // What parsing a request needs to know about the open model.
@@ -92,6 +95,7 @@ struct ModelView {
     int32_t                       n_ctx;              // tokens per slot
     bool                          wants_checkpoints;  // place the last-message checkpoint
     TokenCache &                  tokens;             // the handle's recent prompts and their tokens
+    MessageCache &                messages;           // the handle's recently read messages
 };
 
 // What a prepared request would feed the engine, for the prepare_only test hook: the rendered

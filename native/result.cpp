@@ -100,6 +100,7 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"ms_sampler", r.ms_sampler},
         {"n_tokenize_reused", r.n_tokenize_reused},
         {"n_render_reused", r.n_render_reused},
+        {"n_messages_reused", r.n_messages_reused},
         {"ms_reset", r.ms_reset},
         {"ms_prefill", r.ms_prefill},
         {"ms_decode", r.ms_decode},

@@ -23,6 +23,7 @@ struct CallReport {
     double      ms_tokenize = 0, ms_sampler = 0;
     size_t      n_tokenize_reused = 0;
     size_t      n_render_reused   = 0;
+    size_t      n_messages_reused = 0;
     size_t      slot = 0;
     size_t      n_batched_max = 0;  // most calls in one of this call's decode steps
     bool        routed = false;  // given a slot (false: cancelled before)

@@ -151,7 +151,7 @@ def conversations(spec: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]
 def prepare(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
     options = dict(options)
     tools = None if options.pop("_no_tools", False) else [WEATHER_TOOL]
-    r = m.generate(conv, tools, max_tokens=1, _test={"prepare_only": True}, **options)
+    r = m.generate(conv, tools, max_tokens=1, _test={"prepare_only": True, "check_messages": True}, **options)
     assert r["finish_reason"] == "prepare_only"
     return r
 

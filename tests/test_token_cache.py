@@ -28,7 +28,7 @@ CALCULATOR = {
 TOOLSETS: list[list[dict[str, Any]] | None] = [None, [WEATHER_TOOL], [WEATHER_TOOL, CALCULATOR]]
 ODD = ["naïve café", "日本語のテキスト", "🙂👍", "<|im_end|>", "<end_of_turn>", "  two  spaces ", "\n\nnew lines\n"]
 OPS = ["append", "tool", "append", "edit", "append", "switch", "partial", "append", "drop", "odd", "append", "edit"]
-CHECK = {"check_tokens": True, "prepare_only": True}
+CHECK = {"check_tokens": True, "check_messages": True, "prepare_only": True}
 
 
 def words(rng: random.Random, n: int) -> str:

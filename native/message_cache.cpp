@@ -1,0 +1,135 @@
+// message_cache.cpp -- see message_cache.h.
+
+#include "message_cache.h"
+
+namespace el {
+
+namespace {
+
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+size_t skip_space(std::string_view s, size_t at) {
+    while (at < s.size() && is_space(s[at])) {
+        at++;
+    }
+    return at;
+}
+
+// Where the object that opens at s[at] ('{') ends (one past its '}'), following strings and
+// nested brackets only; npos if the text ends first.
+size_t object_end(std::string_view s, size_t at) {
+    size_t depth = 0;
+    for (; at < s.size(); at++) {
+        const char c = s[at];
+        if (c == '"') {
+            for (at++; at < s.size() && s[at] != '"'; at++) {
+                if (s[at] == '\\') {
+                    at++;  // the escaped character, whatever it is
+                }
+            }
+            if (at >= s.size()) {
+                return std::string_view::npos;
+            }
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) {
+                return at + 1;
+            }
+        }
+    }
+    return std::string_view::npos;
+}
+
+}  // namespace
+
+bool split_json_array(std::string_view text, std::vector<std::string_view> & elements) {
+    elements.clear();
+    size_t at = skip_space(text, 0);
+    if (at >= text.size() || text[at] != '[') {
+        return false;
+    }
+    at = skip_space(text, at + 1);
+    for (;;) {
+        if (at >= text.size() || text[at] != '{') {
+            return false;  // an empty array, or an element that is not an object
+        }
+        const size_t end = object_end(text, at);
+        if (end == std::string_view::npos) {
+            return false;
+        }
+        elements.push_back(text.substr(at, end - at));
+        at = skip_space(text, end);
+        if (at < text.size() && text[at] == ',') {
+            at = skip_space(text, at + 1);
+            continue;
+        }
+        if (at < text.size() && text[at] == ']') {
+            return skip_space(text, at + 1) == text.size();
+        }
+        return false;
+    }
+}
+
+std::optional<std::vector<common_chat_msg>> MessageCache::read(std::string_view text, const Convert & convert,
+                                                               size_t * n_reused, bool by_position) {
+    std::vector<std::string_view> elements;
+    if (!split_json_array(text, elements)) {
+        return std::nullopt;
+    }
+    reads_++;
+    std::vector<common_chat_msg> out;
+    out.reserve(elements.size());
+    std::vector<Lru::iterator> taken;
+    taken.reserve(elements.size());
+    for (size_t i = 0; i < elements.size(); i++) {
+        if (by_position && i < last_.size()) {
+            out.push_back(last_[i]->msg);  // the fault: bytes not compared
+            last_[i]->used = reads_;
+            taken.push_back(last_[i]);
+            continue;
+        }
+        out.push_back(take(elements[i], i, convert, n_reused));
+        taken.push_back(lru_.begin());  // take() leaves the element's entry first
+    }
+    last_ = std::move(taken);
+    evict();
+    return out;
+}
+
+// The entry for one element's text, converted now unless an earlier read left one; it is
+// moved to the front of the recency list.
+const common_chat_msg & MessageCache::take(std::string_view text, size_t index, const Convert & convert,
+                                           size_t * n_reused) {
+    auto found = index_.find(text);
+    if (found != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, found->second);
+        found->second->used = reads_;
+        if (n_reused != nullptr) {
+            (*n_reused)++;
+        }
+        return found->second->msg;
+    }
+    Entry e;
+    e.msg  = convert(text, index);  // may throw: nothing is stored then
+    e.text = std::string(text);
+    e.used = reads_;
+    lru_.push_front(std::move(e));
+    index_.emplace(std::string_view(lru_.front().text), lru_.begin());
+    bytes_ += lru_.front().text.size();
+    return lru_.front().msg;
+}
+
+// Drops the least recently used entries beyond the bounds, never one this read took (the
+// by_position hook keeps pointing at them until the next read).
+void MessageCache::evict() {
+    while ((bytes_ > kMaxBytes || lru_.size() > kMaxEntries) && !lru_.empty() && lru_.back().used != reads_) {
+        bytes_ -= lru_.back().text.size();
+        index_.erase(std::string_view(lru_.back().text));
+        lru_.pop_back();
+    }
+}
+
+}  // namespace el

@@ -1,0 +1,71 @@
+// message_cache.h -- the caller's messages read at the cost of what is new in them.
+//
+// Every call sends the whole conversation as one JSON array, and reading it (parse, check,
+// convert to llama.cpp's common_chat_msg) cost O(conversation): about 1 ms at ~16k tokens on
+// 2 cores, twice the JSON parse and allocation-heavy conversions. An agent's next call repeats
+// every earlier message byte for byte. A message's check and conversion read nothing but its
+// own text (its index only names it in an error), so the cache keeps, per handle, the converted
+// form of recently read message texts, keyed by their exact bytes.
+//
+// Invariant: read() returns exactly the messages that parsing the whole array and converting
+// each element returns, or nothing (std::nullopt) and the caller reads the array whole. The
+// array is split into its elements by a scanner that only finds where each element ends; an
+// element is either converted from its text or taken from an entry whose text is the same
+// bytes. Anything the scanner does not take as a non-empty array of objects is left to the
+// whole read, which also words every error.
+#pragma once
+
+#include "chat.h"
+
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace el {
+
+// The elements of the JSON array `text`, as byte ranges of it; false where `text` is not an
+// array of one or more objects separated the way JSON allows (each element's own syntax is
+// left to its parser: only strings and brackets are followed to find where it ends).
+bool split_json_array(std::string_view text, std::vector<std::string_view> & elements);
+
+class MessageCache {
+  public:
+    // One element's text (and its index, for errors) to the message common/ reads; throws if
+    // the element is not a valid message.
+    using Convert = std::function<common_chat_msg(std::string_view text, size_t index)>;
+
+    // The messages of the JSON array `text`. Throws what `convert` throws. `by_position` is a
+    // test hook, the fault the differential test must catch: element i is taken as the previous
+    // call's element i whatever its bytes, as a cache keyed by position would.
+    std::optional<std::vector<common_chat_msg>> read(std::string_view text, const Convert & convert,
+                                                     size_t * n_reused = nullptr, bool by_position = false);
+
+  private:
+    struct Entry {
+        std::string     text;
+        common_chat_msg msg;
+        uint64_t        used = 0;  // the read that last took it
+    };
+    using Lru = std::list<Entry>;  // most recently used first
+
+    const common_chat_msg & take(std::string_view text, size_t index, const Convert & convert, size_t * n_reused);
+    void                    evict();
+
+    // What the cache may hold: the message texts of a few long conversations (a ~16k-token
+    // conversation is ~64 KiB of JSON; each entry holds its text and about as much again).
+    static constexpr size_t kMaxBytes   = 8u << 20;
+    static constexpr size_t kMaxEntries = 1u << 14;
+
+    Lru                                               lru_;
+    std::unordered_map<std::string_view, Lru::iterator> index_;  // keys view their entry's text
+    std::vector<Lru::iterator>                        last_;     // the previous read's elements
+    size_t                                            bytes_ = 0;
+    uint64_t                                          reads_ = 0;
+};
+
+}  // namespace el
