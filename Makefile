@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -145,6 +145,12 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 
 bench-peers: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
+
+# Time per call outside the model at ~1k, ~4k and ~16k tokens, pyshim beside llama-server: the
+# peers run's overhead workloads alone (docs/bench-overhead.md, ~15 min instead of ~50).
+bench-overhead: build models peers $(VENV)/.bench-stamp
+	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k --systems pyshim llama-server \
+	  --out docs/bench-overhead.md
 
 bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism
 

@@ -131,7 +131,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
 std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
                           const char * tools_json, const char * options_json, Call *& tracked) {
     p.req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
-                                    *tokens_, messages_},
+                                    *tokens_, messages_, message_values_},
                           messages_json, tools_json, options_json);
     p.call.device_lost = p.req.device_lost;
     p.call.request_id  = p.req.request_id;

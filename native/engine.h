@@ -147,6 +147,7 @@ class Engine {
     std::unique_ptr<common_grammar_cache, GrammarCacheFree> grammars_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
     MessageCache                messages_;  // recently read messages (message_cache.h)
+    std::shared_ptr<common_chat_msg_values> message_values_ = common_chat_msg_values_init();
     std::unique_ptr<Slots>    slots_;
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot

@@ -470,6 +470,24 @@ json read_response_format(const json & opt, bool tools_active) {
     return schema;
 }
 
+// The model's template applied to `in`, sharing the handle's message values (null: not). A
+// render that fails with them is done again without: a template that writes to a message
+// cannot share them (the shared values refuse writes), and once an unshared render succeeds
+// where the shared one failed, the handle stops sharing. Otherwise the error is the request's.
+common_chat_params apply_template(const ModelView & m, common_chat_templates_inputs & in) {
+    if (!in.message_values) {
+        return common_chat_templates_apply(m.templates, in);
+    }
+    try {
+        return common_chat_templates_apply(m.templates, in);
+    } catch (const std::exception &) {
+        in.message_values = nullptr;
+    }
+    common_chat_params chat = common_chat_templates_apply(m.templates, in);
+    m.message_values        = nullptr;
+    return chat;
+}
+
 // Render the prompt with the model's own template, and set up the output parser.
 common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool parallel, bool tools_active,
                                     Request & r) {
@@ -486,6 +504,7 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     in.add_bos             = llama_vocab_get_add_bos(m.vocab);
     in.add_eos             = llama_vocab_get_add_eos(m.vocab);
     in.parser_object       = true;  // the output parser as an object, not saved to be loaded back
+    in.message_values      = m.message_values;
     if (in.messages.back().role == "assistant") {
         // Continue a partial assistant message rather than open a new one.
         in.add_generation_prompt  = false;
@@ -493,7 +512,7 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     }
     const auto t_template = steady::now();
     try {
-        r.chat = common_chat_templates_apply(m.templates, in);
+        r.chat = apply_template(m, in);
     } catch (const std::exception & e) {
         fail(std::string("chat template failed: ") + e.what());
     }
@@ -608,7 +627,7 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
     in.prompt_only            = true;  // one render (native/patches/common-render-faster.patch)
     std::vector<llama_token> history;
     try {
-        history = tokens_of(m, common_chat_templates_apply(m.templates, in).prompt, r);
+        history = tokens_of(m, apply_template(m, in).prompt, r);
     } catch (const UserError &) {
         throw;
     } catch (const std::exception &) {

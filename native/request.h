@@ -96,6 +96,9 @@ struct ModelView {
     bool                          wants_checkpoints;  // place the last-message checkpoint
     TokenCache &                  tokens;             // the handle's recent prompts and their tokens
     MessageCache &                messages;           // the handle's recently read messages
+    // each message's chat-template value kept between calls (native/patches/
+    // common-shared-message-values.patch); null once the template was seen to write to one
+    std::shared_ptr<common_chat_msg_values> & message_values;
 };
 
 // What a prepared request would feed the engine, for the prepare_only test hook: the rendered

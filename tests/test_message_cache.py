@@ -121,3 +121,25 @@ def test_messages_common_needs_normalised(smol: pyshim.Model) -> None:
     ]
     assert prepare(smol, conv, [WEATHER_TOOL])["n_messages_reused"] == 0
     assert prepare(smol, conv, [WEATHER_TOOL])["n_messages_reused"] == len(conv)
+
+
+# A template that writes to the messages it renders: each render must see the caller's messages,
+# not what an earlier render wrote into values shared between renders
+# (native/patches/common-shared-message-values.patch refuses the write; the call renders again
+# with values of its own).
+WRITES = (
+    "{%- for m in messages %}{%- set m.content = (m.content or '') + '!' %}"
+    "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_template_that_writes_to_a_message_renders_each_call_afresh() -> None:
+    rng = random.Random("writes")
+    conv = [{"role": "user", "content": text(rng, 5)}]
+    with pyshim.Model(model_path(SMOL), n_ctx=4096, chat_template=WRITES) as m:
+        for _ in range(3):
+            got = prepare(m, conv)["prepared"]["prompt"]
+            want = "".join(f"<|im_start|>{x['role']}\n{x['content']}!<|im_end|>\n" for x in conv)
+            assert got == want + "<|im_start|>assistant\n"
+            conv = [*conv, {"role": "assistant", "content": text(rng, 4)}, {"role": "user", "content": text(rng, 4)}]
