@@ -491,12 +491,15 @@ def notes(data: dict[str, Any]) -> list[str]:
         "agent session with pyshim's `flash_attn: \"off\"`, llama-cpp-python's setting.",
         "- **Time outside the model** is mostly llama.cpp's `common/` chat-template code. As patched "
         "(`native/patches/common-render-*.patch`, see `docs/per-call-cost.md`) it renders a request once "
-        "and runs the template's message loop only for messages it has not rendered before, but it still "
-        "converts the whole message list between JSON, its own message type and the template's values on "
-        "every request. On sliding-window and recurrent models pyshim renders the history once more, to "
-        "place a cache checkpoint where the last message starts. llama-server is built from the same "
-        "patched tree, so it renders the same way; the difference between the two is the rest of the "
-        "request path.",
+        "and runs the template's message loop only for messages it has not rendered before. pyshim also "
+        "keeps, per handle, each message as read from the request and as the template's value "
+        "(`native/message_cache.h`, `native/patches/common-shared-message-values.patch`), so a call parses "
+        "and converts only its new messages; it still builds common/'s JSON form of every message. On "
+        "sliding-window and recurrent models pyshim renders the history once more, to place a cache "
+        "checkpoint where the last message starts. llama-server is built from the same patched tree, so "
+        "its renders take the loop memo too, but it keeps neither cache. Each timed call follows the "
+        "model's evaluation, which streams the weights through the CPU's caches: the same preparation in "
+        "a loop of calls that evaluate nothing takes about two thirds of the time.",
         "- **The model-time floor** is computed at the pp512/tg128 rates, but an agent turn evaluates about "
         "110 new tokens at a depth of 1-2k tokens, where the engine itself runs slower (llama-bench's "
         "pp128 at depth 2048 is well below pp512); pyshim and llama-server land at the same distance from it.",
