@@ -335,9 +335,9 @@ EL_API const char *el_last_error(void);
 **                      when everything it reads is the same as then. The
 **                      prompt is always that of a full render (since 1.4)
 **   n_messages_reused  messages taken, already read and checked, from the
-**                      handle's earlier calls instead of parsed again: a
-**                      message is reused only when its JSON text is the
-**                      same bytes (since 1.5)
+**                      same session's earlier calls instead of parsed
+**                      again: a message is reused only when its JSON text
+**                      is the same bytes (since 1.5)
 **   ms_reset, ms_prefill, ms_decode
 **                      time to match and trim or restore the cache; to
 **                      evaluate the new prompt tokens; to generate
@@ -422,7 +422,10 @@ EL_API int el_reset(el_handle *handle);
 
 /*
 ** el_forget: drop what is cached for one session (its slot's KV cache,
-** checkpoints and any host-memory copy), or everything when session is NULL.
+** checkpoints and any host-memory copy, the messages and prompts it sent as
+** read and tokenized), or everything when session is NULL. The chat
+** template's values of every session's messages go too (they are rebuilt on
+** each session's next call).
 ** session "" is the pool of calls that name no session: every unpinned slot and
 ** their host-memory copies. Waits for a call in progress. Returns 0, or -1 for
 ** an invalid, closed or dead handle.

@@ -62,8 +62,17 @@ class Engine {
     // begins with it later (the last kRemembered ids are kept). Never waits for `mu`.
     void cancel_request(const std::string & request_id);
 
-    // el_forget; the caller holds `mu`.
-    void forget(const char * session) { slots_->forget(session); }
+    // el_forget; the caller holds `mu`. What the caches derived from the session's requests
+    // goes too: its messages and prompts, and the shared template values (every session's,
+    // rebuilt on their next call: the store cannot tell them apart).
+    void forget(const char * session) {
+        slots_->forget(session);
+        messages_.forget(session);
+        tokens_->forget(session);
+        if (message_values_) {
+            message_values_ = common_chat_msg_values_init();
+        }
+    }
 
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }

@@ -3,6 +3,7 @@
 #include "message_cache.h"
 
 #include <cstring>
+#include <iterator>
 
 namespace el {
 
@@ -93,13 +94,16 @@ bool split_json_array(std::string_view text, std::vector<std::string_view> & ele
     }
 }
 
-std::optional<std::vector<common_chat_msg>> MessageCache::read(std::string_view text, const Convert & convert,
-                                                               size_t * n_reused, bool by_position) {
+std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string & session, std::string_view text,
+                                                               const Convert & convert, size_t * n_reused,
+                                                               bool by_position) {
     std::vector<std::string_view> elements;
     if (!split_json_array(text, elements)) {
         return std::nullopt;
     }
     reads_++;
+    key_ = std::to_string(session.size()) + ':' + session;
+    const size_t prefix = key_.size();
     std::vector<common_chat_msg> out;
     out.reserve(elements.size());
     std::vector<Lru::iterator> taken;
@@ -111,6 +115,8 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(std::string_view 
             taken.push_back(last_[i]);
             continue;
         }
+        key_.resize(prefix);
+        key_.append(elements[i]);
         out.push_back(take(elements[i], i, convert, n_reused));
         taken.push_back(lru_.begin());  // take() leaves the element's entry first
     }
@@ -123,7 +129,7 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(std::string_view 
 // moved to the front of the recency list.
 const common_chat_msg & MessageCache::take(std::string_view text, size_t index, const Convert & convert,
                                            size_t * n_reused) {
-    auto found = index_.find(text);
+    auto found = index_.find(key_);
     if (found != index_.end()) {
         lru_.splice(lru_.begin(), lru_, found->second);
         found->second->used = reads_;
@@ -133,12 +139,13 @@ const common_chat_msg & MessageCache::take(std::string_view text, size_t index, 
         return found->second->msg;
     }
     Entry e;
-    e.msg  = convert(text, index);  // may throw: nothing is stored then
-    e.text = std::string(text);
-    e.used = reads_;
+    e.msg         = convert(text, index);  // may throw: nothing is stored then
+    e.key         = key_;
+    e.session_len = key_.size() - text.size();
+    e.used        = reads_;
     lru_.push_front(std::move(e));
-    index_.emplace(std::string_view(lru_.front().text), lru_.begin());
-    bytes_ += lru_.front().text.size();
+    index_.emplace(std::string_view(lru_.front().key), lru_.begin());
+    bytes_ += lru_.front().key.size();
     return lru_.front().msg;
 }
 
@@ -146,9 +153,25 @@ const common_chat_msg & MessageCache::take(std::string_view text, size_t index, 
 // by_position hook keeps pointing at them until the next read).
 void MessageCache::evict() {
     while ((bytes_ > kMaxBytes || lru_.size() > kMaxEntries) && !lru_.empty() && lru_.back().used != reads_) {
-        bytes_ -= lru_.back().text.size();
-        index_.erase(std::string_view(lru_.back().text));
-        lru_.pop_back();
+        drop(std::prev(lru_.end()));
+    }
+}
+
+void MessageCache::drop(Lru::iterator it) {
+    bytes_ -= it->key.size();
+    index_.erase(std::string_view(it->key));
+    lru_.erase(it);
+}
+
+void MessageCache::forget(const char * session) {
+    last_.clear();  // the by_position hook's view of the last read may point into what goes
+    const std::string prefix = session == nullptr ? "" : std::to_string(std::strlen(session)) + ':' + session;
+    for (auto it = lru_.begin(); it != lru_.end();) {
+        const auto next = std::next(it);
+        if (session == nullptr || (it->session_len == prefix.size() && it->key.compare(0, prefix.size(), prefix) == 0)) {
+            drop(it);
+        }
+        it = next;
     }
 }
 

@@ -5,7 +5,9 @@
 // 2 cores, twice the JSON parse and allocation-heavy conversions. An agent's next call repeats
 // every earlier message byte for byte. A message's check and conversion read nothing but its
 // own text (its index only names it in an error), so the cache keeps, per handle, the converted
-// form of recently read message texts, keyed by their exact bytes.
+// form of recently read message texts, keyed by the session and their exact bytes: a call
+// never gains from another session's messages (n_messages_reused says what it took, and the
+// header promises that nothing a call reports depends on another session's prompts).
 //
 // Invariant: read() returns exactly the messages that parsing the whole array and converting
 // each element returns, or nothing (std::nullopt) and the caller reads the array whole. The
@@ -42,18 +44,24 @@ class MessageCache {
     // The messages of the JSON array `text`. Throws what `convert` throws. `by_position` is a
     // test hook, the fault the differential test must catch: element i is taken as the previous
     // call's element i whatever its bytes, as a cache keyed by position would.
-    std::optional<std::vector<common_chat_msg>> read(std::string_view text, const Convert & convert,
-                                                     size_t * n_reused = nullptr, bool by_position = false);
+    std::optional<std::vector<common_chat_msg>> read(const std::string & session, std::string_view text,
+                                                     const Convert & convert, size_t * n_reused = nullptr,
+                                                     bool by_position = false);
+
+    // Drops what `session` read (every session's when null).
+    void forget(const char * session);
 
   private:
     struct Entry {
-        std::string     text;
+        std::string     key;  // the session, length-prefixed, then the element's text
+        size_t          session_len = 0;
         common_chat_msg msg;
         uint64_t        used = 0;  // the read that last took it
     };
     using Lru = std::list<Entry>;  // most recently used first
 
     const common_chat_msg & take(std::string_view text, size_t index, const Convert & convert, size_t * n_reused);
+    void                    drop(Lru::iterator it);
     void                    evict();
 
     // What the cache may hold: the message texts of a few long conversations (a ~16k-token
@@ -62,9 +70,10 @@ class MessageCache {
     static constexpr size_t kMaxEntries = 1u << 14;
 
     Lru                                               lru_;
-    std::unordered_map<std::string_view, Lru::iterator> index_;  // keys view their entry's text
+    std::unordered_map<std::string_view, Lru::iterator> index_;  // keys view their entry's key
     std::vector<Lru::iterator>                        last_;     // the previous read's elements
     size_t                                            bytes_ = 0;
+    std::string                                       key_;      // the key being looked up
     uint64_t                                          reads_ = 0;
 };
 

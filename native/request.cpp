@@ -140,11 +140,11 @@ common_chat_msg read_message(std::string_view text, size_t i) {
 // The caller's messages, each element converted only when the handle has not read the same
 // bytes before (native/message_cache.h). Where the element-wise read refuses the array, the
 // whole read reads it, and words any error, as it always did.
-std::vector<common_chat_msg> read_messages(MessageCache & cache, const char * text, size_t & n_reused,
-                                           bool by_position) {
+std::vector<common_chat_msg> read_messages(MessageCache & cache, const std::string & session, const char * text,
+                                           size_t & n_reused, bool by_position) {
     if (text != nullptr) {
         try {
-            if (auto msgs = cache.read(text, read_message, &n_reused, by_position)) {
+            if (auto msgs = cache.read(session, text, read_message, &n_reused, by_position)) {
                 return std::move(*msgs);
             }
         } catch (const std::exception &) {
@@ -207,11 +207,13 @@ bool messages_by_position(const json & opt) {
 Inputs read_inputs(MessageCache & cache, const char * messages_json, const char * tools_json,
                    const char * options_json) {
     Inputs in;
-    // parsed first for the test hook; what is wrong with them is reported after the messages
-    // and the tools, as always
+    // parsed first for the session and the test hook; what is wrong with them is reported
+    // after the messages and the tools, as always
     json opt = options_json == nullptr ? json::object() : json::parse(options_json, nullptr, false);
     in.messages_text = messages_json;
-    in.messages      = read_messages(cache, messages_json, in.n_messages_reused, messages_by_position(opt));
+    const json * session = opt.is_object() ? find(opt, "session") : nullptr;  // checked later
+    in.messages = read_messages(cache, session != nullptr && session->is_string() ? session->get<std::string>() : "",
+                                messages_json, in.n_messages_reused, messages_by_position(opt));
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
         in.tools = json::array();
@@ -505,6 +507,7 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     in.add_eos             = llama_vocab_get_add_eos(m.vocab);
     in.parser_object       = true;  // the output parser as an object, not saved to be loaded back
     in.message_values      = m.message_values;
+    in.message_values_scope = r.session;  // a session never takes another's values
     if (in.messages.back().role == "assistant") {
         // Continue a partial assistant message rather than open a new one.
         in.add_generation_prompt  = false;

@@ -120,4 +120,10 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
     return out;
 }
 
+void TokenCache::forget(const char * session) {
+    for (auto it = recent_.begin(); it != recent_.end();) {
+        it = session == nullptr || it->session == session ? recent_.erase(it) : std::next(it);
+    }
+}
+
 }  // namespace el

@@ -46,6 +46,9 @@ class TokenCache {
     std::vector<llama_token> tokenize(const std::string & session, const std::string & text, Stats * stats = nullptr,
                                       bool ignore_edits = false);
 
+    // Drops the prompts of `session` (every session's when null).
+    void forget(const char * session);
+
   private:
     struct Entry {
         std::string                          session;

@@ -22,8 +22,9 @@ from pyshim._lib import ffi, lib, take_json
 CHECK = {"check_messages": True, "prepare_only": True}
 
 
-def prepare(m: pyshim.Model, conv: Any, tools: Any = None, **test: Any) -> dict[str, Any]:
-    r = m.generate(conv, tools, max_tokens=1, _test={**CHECK, **test})
+def prepare(m: pyshim.Model, conv: Any, tools: Any = None, session: str | None = None, **test: Any) -> dict[str, Any]:
+    options = {"session": session} if session is not None else {}
+    r = m.generate(conv, tools, max_tokens=1, _test={**CHECK, **test}, **options)
     assert r["finish_reason"] == "prepare_only"
     return r
 
@@ -143,3 +144,19 @@ def test_a_template_that_writes_to_a_message_renders_each_call_afresh() -> None:
             want = "".join(f"<|im_start|>{x['role']}\n{x['content']}!<|im_end|>\n" for x in conv)
             assert got == want + "<|im_start|>assistant\n"
             conv = [*conv, {"role": "assistant", "content": text(rng, 4)}, {"role": "user", "content": text(rng, 4)}]
+
+
+def test_a_session_never_takes_another_sessions_messages() -> None:
+    """el_shim.h: nothing a call reports depends on another session's prompts. The same messages
+    sent by a second session are read and rendered afresh; el_forget drops what a session read."""
+    rng = random.Random("sessions")
+    conv = [{"role": "system", "content": text(rng, 20)}, {"role": "user", "content": text(rng, 10)}]
+    conv += [{"role": "assistant", "content": text(rng, 10)}, {"role": "user", "content": text(rng, 10)}]
+    with pyshim.Model(model_path(SMOL), n_ctx=4096, n_seq=2) as m:
+        assert prepare(m, conv, session="a")["n_messages_reused"] == 0
+        other = prepare(m, conv, session="b")
+        assert (other["n_messages_reused"], other["n_render_reused"]) == (0, 0)
+        assert prepare(m, conv, session="a")["n_messages_reused"] == len(conv)
+        m.forget("a")
+        assert prepare(m, conv, session="a")["n_messages_reused"] == 0
+        assert prepare(m, conv, session="b")["n_messages_reused"] == len(conv)
