@@ -140,9 +140,8 @@ const common_chat_msg & MessageCache::take(std::string_view text, size_t index, 
     }
     Entry e;
     e.msg         = convert(text, index);  // may throw: nothing is stored then
-    e.key         = key_;
-    e.session_len = key_.size() - text.size();
-    e.used        = reads_;
+    e.key  = key_;
+    e.used = reads_;
     lru_.push_front(std::move(e));
     index_.emplace(std::string_view(lru_.front().key), lru_.begin());
     bytes_ += lru_.front().key.size();
@@ -165,10 +164,11 @@ void MessageCache::drop(Lru::iterator it) {
 
 void MessageCache::forget(const char * session) {
     last_.clear();  // the by_position hook's view of the last read may point into what goes
+    // the length before the ':' holds only digits, so this prefix starts no other session's key
     const std::string prefix = session == nullptr ? "" : std::to_string(std::strlen(session)) + ':' + session;
     for (auto it = lru_.begin(); it != lru_.end();) {
         const auto next = std::next(it);
-        if (session == nullptr || (it->session_len == prefix.size() && it->key.compare(0, prefix.size(), prefix) == 0)) {
+        if (it->key.compare(0, prefix.size(), prefix) == 0) {
             drop(it);
         }
         it = next;

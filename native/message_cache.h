@@ -54,7 +54,6 @@ class MessageCache {
   private:
     struct Entry {
         std::string     key;  // the session, length-prefixed, then the element's text
-        size_t          session_len = 0;
         common_chat_msg msg;
         uint64_t        used = 0;  // the read that last took it
     };
