@@ -187,6 +187,7 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     json out          = result_json(ParsedOutput{}, rep, p.req.top_logprobs >= 0);
     if (p.req.prepare_only) {
         out["prepared"] = prepared_json(p.req);
+        out["last_message_rendered"] = p.req.last_message_rendered;  // how the checkpoint was placed
     }
     return dump(out);
 }

@@ -167,7 +167,8 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         }
         reject_unknown_keys(*t, {"top_logprobs", "reuse", "fail_after_prefill", "output", "force_output", "device_lost",
                                  "sampler_chain", "corrupt", "force", "leak_bytes", "probe", "check_tokens",
-                                 "tokens_ignore_edits", "check_messages", "messages_by_position", "prepare_only"},
+                                 "tokens_ignore_edits", "check_messages", "messages_by_position", "prepare_only",
+                                 "render_history"},
                             "_test");
         r.device_lost = get_bool(*t, "device_lost", false);
         if (find(*t, "output") != nullptr) {
@@ -196,6 +197,7 @@ int32_t read_test_hooks(const json & opt, const llama_vocab * vocab, Request & r
         r.check_messages      = get_bool(*t, "check_messages", false);
         get_bool(*t, "messages_by_position", false);  // read before the messages (read_inputs)
         r.prepare_only        = get_bool(*t, "prepare_only", false);
+        r.render_history      = get_bool(*t, "render_history", false);
 #else
         (void) t;
         (void) vocab;
@@ -353,6 +355,7 @@ common_chat_params apply_template(const ModelView & m, common_chat_templates_inp
         return common_chat_templates_apply(m.templates, in);
     } catch (const std::exception &) {
         in.message_values = nullptr;
+        jinja::render_watch_thread() = {};  // what the failed render recorded is not this one's
     }
     common_chat_params chat = common_chat_templates_apply(m.templates, in);
     m.message_values        = nullptr;
@@ -383,11 +386,16 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
         in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
     }
     const auto t_template = steady::now();
+    jinja::render_watch & watch = jinja::render_watch_thread();
+    watch = {};
     try {
         r.chat = apply_template(m, in);
     } catch (const std::exception & e) {
+        watch = {};
         fail(std::string("chat template failed: ") + e.what());
     }
+    r.last_message_text = std::move(watch.text);  // the shared render's loop output for the last message
+    watch = {};
     r.ms_template = ms_since(t_template);
 
     r.parser = common_chat_parser_params(r.chat);
@@ -493,6 +501,7 @@ std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text
 // How many leading tokens of `prompt` render every message but the last: the
 // template applied to the history alone, tokenized, matched against the prompt.
 size_t history_length(const ModelView & m, common_chat_templates_inputs in, Request & r) {
+    r.last_message_rendered = true;
     in.messages.pop_back();
     in.add_generation_prompt  = false;
     in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
@@ -506,6 +515,24 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
         return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
     }
     return common_prefix(history, r.prompt);
+}
+
+// Where the last message starts, in tokens: a checkpoint there lets the next call change the
+// last message and still reuse the rest. The place is only a hint (a checkpoint holds exactly
+// the state of the tokens before it, wherever it is), so it is read off the main render where
+// it can be: the text the template's loop output for the last message, found last in the
+// prompt, and the tokens that spell the prompt up to it. Else the history is rendered again.
+size_t last_message_start(const ModelView & m, common_chat_templates_inputs && in, Request & r) {
+    // a continued message is not rendered by the template (common/ appends it after the render)
+    const bool   own = in.continue_final_message == COMMON_CHAT_CONTINUATION_NONE && !r.last_message_text.empty();
+    const size_t at  = own ? r.chat.prompt.rfind(r.last_message_text) : std::string::npos;
+    if (at != std::string::npos && !r.render_history) {
+        const size_t n = m.tokens.tokens_before(r.session, r.chat.prompt, at);
+        if (n != SIZE_MAX) {
+            return n;
+        }
+    }
+    return history_length(m, std::move(in), r);
 }
 
 }  // namespace
@@ -561,7 +588,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         fail("the rendered prompt is empty");
     }
     if (m.wants_checkpoints && in.messages.size() > 1) {
-        r.last_message_start = history_length(m, std::move(in), r);  // its last use
+        r.last_message_start = last_message_start(m, std::move(in), r);  // its last use
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {
         fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +

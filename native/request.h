@@ -64,6 +64,8 @@ struct Request {
     std::string                  session;                 // pin the conversation to a slot
     std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
+    bool                         last_message_rendered = false;  // placed by rendering the history again
+    std::string                  last_message_text;       // what the render's loop output for it (may be empty)
     double                       ms_template = 0;         // rendering the chat template
     size_t                       n_render_reused = 0;     // template loop iterations taken from earlier renders
     size_t                       n_messages_reused = 0;   // messages read from the handle's cache
@@ -85,6 +87,7 @@ struct Request {
     bool                         prepare_only = false;       // return after preparing, before a slot is picked
     bool                         tokens_ignore_edits = false;  // a token cache that ignores edits (must be caught)
     bool                         check_messages = false;       // also read the messages whole; fail if they differ
+    bool                         render_history = false;       // place the checkpoint by rendering the history
 };
 
 // What parsing a request needs to know about the open model.

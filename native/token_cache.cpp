@@ -120,6 +120,33 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
     return out;
 }
 
+size_t TokenCache::tokens_before(const std::string & session, const std::string & text, size_t byte) const {
+    if (recent_.empty() || recent_.front().session != session || recent_.front().text != text) {
+        return SIZE_MAX;
+    }
+    const Entry & e    = recent_.front();
+    const auto    past = std::upper_bound(e.cuts.begin(), e.cuts.end(), std::make_pair(byte, SIZE_MAX));
+    if (past == e.cuts.begin()) {
+        return SIZE_MAX;
+    }
+    auto [off, i] = *(past - 1);
+    for (size_t walked = 0; off < byte; walked++) {
+        if (i >= e.tokens.size() || walked == kMaxWalk) {
+            return SIZE_MAX;
+        }
+        const std::string piece = common_token_to_piece(vocab_, e.tokens[i], /*special=*/true);
+        if (piece.empty() || text.compare(off, piece.size(), piece) != 0) {
+            return SIZE_MAX;
+        }
+        if (off + piece.size() > byte) {
+            return i;  // this token crosses `byte`
+        }
+        off += piece.size();
+        i++;
+    }
+    return i;
+}
+
 void TokenCache::forget(const char * session) {
     for (auto it = recent_.begin(); it != recent_.end();) {
         it = session == nullptr || it->session == session ? recent_.erase(it) : std::next(it);

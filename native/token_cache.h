@@ -46,6 +46,12 @@ class TokenCache {
     std::vector<llama_token> tokenize(const std::string & session, const std::string & text, Stats * stats = nullptr,
                                       bool ignore_edits = false);
 
+    // How many leading tokens of `text`, which must be the last prompt tokenized for `session`,
+    // spell its first `byte` bytes (or end just before the token that crosses that byte).
+    // SIZE_MAX where the cache cannot tell cheaply: no cut before `byte`, tokens that do not
+    // spell the text, or more than a few hundred tokens between the cut and `byte`.
+    size_t tokens_before(const std::string & session, const std::string & text, size_t byte) const;
+
     // Drops the prompts of `session` (every session's when null).
     void forget(const char * session);
 
@@ -62,6 +68,7 @@ class TokenCache {
     void find_cuts(Entry & e, size_t from_byte, size_t from_token) const;
 
     static constexpr size_t kKeep = 8;  // prompts remembered (each call adds one or two)
+    static constexpr size_t kMaxWalk = 256;  // tokens tokens_before spells out past a cut
 
     const llama_vocab * vocab_;
     size_t              max_special_len_ = 0;  // bytes of the longest special token
