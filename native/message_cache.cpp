@@ -96,7 +96,7 @@ bool split_json_array(std::string_view text, std::vector<std::string_view> & ele
 
 std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string & session, std::string_view text,
                                                                const Convert & convert, size_t * n_reused,
-                                                               bool by_position) {
+                                                               bool by_position, std::vector<uint64_t> * ids) {
     std::vector<std::string_view> elements;
     if (!split_json_array(text, elements)) {
         return std::nullopt;
@@ -108,17 +108,23 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
     out.reserve(elements.size());
     std::vector<Lru::iterator> taken;
     taken.reserve(elements.size());
+    if (ids != nullptr) {
+        ids->clear();
+    }
     for (size_t i = 0; i < elements.size(); i++) {
         if (by_position && i < last_.size()) {
             out.push_back(last_[i]->msg);  // the fault: bytes not compared
             last_[i]->used = reads_;
             taken.push_back(last_[i]);
-            continue;
+        } else {
+            key_.resize(prefix);
+            key_.append(elements[i]);
+            out.push_back(take(elements[i], i, convert, n_reused).msg);
+            taken.push_back(lru_.begin());  // take() leaves the element's entry first
         }
-        key_.resize(prefix);
-        key_.append(elements[i]);
-        out.push_back(take(elements[i], i, convert, n_reused));
-        taken.push_back(lru_.begin());  // take() leaves the element's entry first
+        if (ids != nullptr) {
+            ids->push_back(taken.back()->id);
+        }
     }
     last_ = std::move(taken);
     evict();
@@ -127,8 +133,8 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
 
 // The entry for one element's text, converted now unless an earlier read left one; it is
 // moved to the front of the recency list.
-const common_chat_msg & MessageCache::take(std::string_view text, size_t index, const Convert & convert,
-                                           size_t * n_reused) {
+const MessageCache::Entry & MessageCache::take(std::string_view text, size_t index, const Convert & convert,
+                                               size_t * n_reused) {
     auto found = index_.find(key_);
     if (found != index_.end()) {
         lru_.splice(lru_.begin(), lru_, found->second);
@@ -136,16 +142,17 @@ const common_chat_msg & MessageCache::take(std::string_view text, size_t index, 
         if (n_reused != nullptr) {
             (*n_reused)++;
         }
-        return found->second->msg;
+        return *found->second;
     }
     Entry e;
-    e.msg         = convert(text, index);  // may throw: nothing is stored then
+    e.msg  = convert(text, index);  // may throw: nothing is stored then
     e.key  = key_;
+    e.id   = ++ids_;
     e.used = reads_;
     lru_.push_front(std::move(e));
     index_.emplace(std::string_view(lru_.front().key), lru_.begin());
     bytes_ += lru_.front().key.size();
-    return lru_.front().msg;
+    return lru_.front();
 }
 
 // Drops the least recently used entries beyond the bounds, never one this read took (the

@@ -41,12 +41,15 @@ class MessageCache {
     // the element is not a valid message.
     using Convert = std::function<common_chat_msg(std::string_view text, size_t index)>;
 
-    // The messages of the JSON array `text`. Throws what `convert` throws. `by_position` is a
-    // test hook, the fault the differential test must catch: element i is taken as the previous
-    // call's element i whatever its bytes, as a cache keyed by position would.
+    // The messages of the JSON array `text`. Throws what `convert` throws. `ids`, when given,
+    // receives each message's number: the same number only for the same entry, never reused by
+    // this cache, so two messages with one number are equal (the chat template's values are kept
+    // by it: common_chat_templates_inputs::message_ids). `by_position` is a test hook, the fault
+    // the differential test must catch: element i is taken as the previous call's element i
+    // (message and number) whatever its bytes, as a cache keyed by position would.
     std::optional<std::vector<common_chat_msg>> read(const std::string & session, std::string_view text,
                                                      const Convert & convert, size_t * n_reused = nullptr,
-                                                     bool by_position = false);
+                                                     bool by_position = false, std::vector<uint64_t> * ids = nullptr);
 
     // Drops what `session` read (every session's when null).
     void forget(const char * session);
@@ -55,11 +58,12 @@ class MessageCache {
     struct Entry {
         std::string     key;  // the session, length-prefixed, then the element's text
         common_chat_msg msg;
+        uint64_t        id   = 0;  // the entry's number, never given to another
         uint64_t        used = 0;  // the read that last took it
     };
     using Lru = std::list<Entry>;  // most recently used first
 
-    const common_chat_msg & take(std::string_view text, size_t index, const Convert & convert, size_t * n_reused);
+    const Entry & take(std::string_view text, size_t index, const Convert & convert, size_t * n_reused);
     void                    drop(Lru::iterator it);
     void                    evict();
 
@@ -74,6 +78,7 @@ class MessageCache {
     size_t                                            bytes_ = 0;
     std::string                                       key_;      // the key being looked up
     uint64_t                                          reads_ = 0;
+    uint64_t                                          ids_   = 0;  // numbers given so far
 };
 
 }  // namespace el

@@ -133,10 +133,10 @@ std::vector<common_chat_msg> read_messages_whole(const char * text) {
 // bytes before (native/message_cache.h). Where the element-wise read refuses the array, the
 // whole read reads it, and words any error, as it always did.
 std::vector<common_chat_msg> read_messages(MessageCache & cache, const std::string & session, const char * text,
-                                           size_t & n_reused, bool by_position) {
+                                           size_t & n_reused, std::vector<uint64_t> & ids, bool by_position) {
     if (text != nullptr) {
         try {
-            if (auto msgs = cache.read(session, text, read_message, &n_reused, by_position)) {
+            if (auto msgs = cache.read(session, text, read_message, &n_reused, by_position, &ids)) {
                 return std::move(*msgs);
             }
         } catch (const std::exception &) {
@@ -144,6 +144,7 @@ std::vector<common_chat_msg> read_messages(MessageCache & cache, const std::stri
         }
     }
     n_reused = 0;
+    ids.clear();
     return read_messages_whole(text);
 }
 

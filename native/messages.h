@@ -20,11 +20,12 @@ namespace el {
 std::vector<common_chat_msg> read_messages_whole(const char * text);
 
 // The same messages, each element converted only when `session` has not sent the same bytes
-// to this cache before; `n_reused` counts those taken. Where the element-wise read refuses the
-// array, the whole read reads it and words any error. `by_position` is the cache's test fault
-// (MessageCache::read).
+// to this cache before; `n_reused` counts those taken, and `ids` gets each message's number in
+// the cache (MessageCache::read), or nothing where the whole read read them. Where the
+// element-wise read refuses the array, the whole read reads it and words any error.
+// `by_position` is the cache's test fault (MessageCache::read).
 std::vector<common_chat_msg> read_messages(MessageCache & cache, const std::string & session, const char * text,
-                                           size_t & n_reused, bool by_position);
+                                           size_t & n_reused, std::vector<uint64_t> & ids, bool by_position);
 
 // The index of the first message where `a` and `b` differ (one ending first counts), or
 // SIZE_MAX where they are equal.

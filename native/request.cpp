@@ -58,6 +58,7 @@ struct Inputs {
     const char *                 messages_text = nullptr;  // as the caller sent it
     std::vector<common_chat_msg> messages;                 // as common/ reads them
     size_t                       n_messages_reused = 0;    // of them, taken from the handle's cache
+    std::vector<uint64_t>        message_ids;              // their numbers in the cache (empty: whole read)
     json                         tools;
     json                         opt;
 };
@@ -84,7 +85,7 @@ Inputs read_inputs(MessageCache & cache, const char * messages_json, const char 
     in.messages_text = messages_json;
     const json * session = opt.is_object() ? find(opt, "session") : nullptr;  // checked later
     in.messages = read_messages(cache, session != nullptr && session->is_string() ? session->get<std::string>() : "",
-                                messages_json, in.n_messages_reused, messages_by_position(opt));
+                                messages_json, in.n_messages_reused, in.message_ids, messages_by_position(opt));
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
         in.tools = json::array();
@@ -367,6 +368,7 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
                                     Request & r) {
     common_chat_templates_inputs in;
     in.messages = std::move(inputs.messages);
+    in.message_ids = std::move(inputs.message_ids);  // the template's values taken by number
     try {
         in.tools = common_chat_tools_parse_oaicompat(common_json::parse(dump(inputs.tools)));
     } catch (const std::exception & e) {
@@ -503,6 +505,9 @@ std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text
 size_t history_length(const ModelView & m, common_chat_templates_inputs in, Request & r) {
     r.last_message_rendered = true;
     in.messages.pop_back();
+    if (!in.message_ids.empty()) {
+        in.message_ids.pop_back();
+    }
     in.add_generation_prompt  = false;
     in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
     in.prompt_only            = true;  // one render (native/patches/common-render-faster.patch)
