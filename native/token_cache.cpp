@@ -6,6 +6,7 @@
 #include "timing.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace el {
 
@@ -14,6 +15,20 @@ namespace {
 // What llama.cpp's tokenizer cuts the text at before it tokenizes (llama-vocab.cpp,
 // cache_special_tokens): with parse_special, every one of these is matched in the text.
 constexpr int kSpecial = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_USER_DEFINED | LLAMA_TOKEN_ATTR_UNKNOWN;
+
+// How many leading bytes of a[0..n) and b[0..n) are equal: memcmp over blocks, then byte by
+// byte (std::mismatch compares one byte at a time, ~25 us per ~16k-token prompt and entry).
+size_t same_bytes(const char * a, const char * b, size_t n) {
+    constexpr size_t kBlock = 256;
+    size_t           i      = 0;
+    while (i + kBlock <= n && std::memcmp(a + i, b + i, kBlock) == 0) {
+        i += kBlock;
+    }
+    while (i < n && a[i] == b[i]) {
+        i++;
+    }
+    return i;
+}
 
 }  // namespace
 
@@ -72,7 +87,7 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
             same = n;
             break;
         }
-        const size_t d = (size_t) (std::mismatch(text.begin(), text.begin() + n, it->text.begin()).first - text.begin());
+        const size_t d = same_bytes(text.data(), it->text.data(), n);
         if (best == recent_.end() || d > same) {
             best = it;
             same = d;

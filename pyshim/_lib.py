@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import cffi
+import orjson
 
 from .errors import InvalidRequest, LibraryNotFound, ShimError, error_for
 
@@ -102,8 +103,21 @@ def encode(value: Any) -> bytes:
         raise InvalidRequest(f"cannot send this to the model as JSON: {e}") from e
 
 
+def encode_messages(messages: list[Any]) -> bytes:
+    """The conversation as JSON for the library, by orjson: every call sends the whole of it, and
+    the standard encoder took ~0.5 ms at ~16k tokens, orjson ~0.04 (issue 16). What orjson does
+    not take (keys that are not strings, integers past 64 bits, unknown objects) goes to
+    ``encode``, which converts or refuses it as before. orjson writes a non-finite float as
+    null, as JavaScript's JSON.stringify does; OpenAI's messages hold no numbers, and the tools and
+    options, where numbers mean something, are still refused NaN and Infinity by ``encode``."""
+    try:
+        return orjson.dumps(messages)
+    except TypeError:
+        return encode(messages)
+
+
 def version() -> str:
     return ffi.string(lib().el_version()).decode()
 
 
-__all__ = ["ShimError", "candidates", "encode", "ffi", "lib", "take_json", "version"]
+__all__ = ["ShimError", "candidates", "encode", "encode_messages", "ffi", "lib", "take_json", "version"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from . import models
 from ._call import DONE, Call, run_in_worker
-from ._lib import encode, ffi, lib, take_json
+from ._lib import encode, encode_messages, ffi, lib, take_json
 from .errors import ClosedModel, ModelLoadError
 
 if TYPE_CHECKING:
@@ -112,7 +112,8 @@ class Model(_Closes):
         which this call alone can be stopped."""
         request_id = str(options.get("request_id") or uuid.uuid4().hex)
         options = {**options, "request_id": request_id}
-        args = (self.handle, encode(list(messages)), encode(list(tools)) if tools else ffi.NULL, encode(options))
+        tools_json = encode(list(tools)) if tools else ffi.NULL
+        args = (self.handle, encode_messages(list(messages)), tools_json, encode(options))
         return args, request_id
 
     def stream(
