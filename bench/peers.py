@@ -414,10 +414,10 @@ def report(data: dict[str, Any]) -> str:
             "Wall time of a call minus the model time the system reports (pyshim: cache restore, prefill and "
             "decode; llama-server: its prompt and generation timings). The conversation is cached; each timed "
             "call sends it with a new last question, as an agent's next turn does. Preparation (pyshim's "
-            "`ms_prepare`) is parsing, rendering the chat template (`ms_template`; a second render places the "
-            "last-message checkpoint on sliding-window models), tokenizing (`ms_tokenize`: only from the last "
-            "special token before the first changed byte) and building the sampler and tool-call grammar "
-            "(`ms_sampler`); the rest is the binding, JSON and parsing the reply.",
+            "`ms_prepare`) is parsing, rendering the chat template (`ms_template`; on sliding-window models "
+            "the last-message checkpoint's place is read off that render), tokenizing (`ms_tokenize`: only "
+            "from the last special token before the first changed byte) and building the sampler and tool-call "
+            "grammar (`ms_sampler`); the rest is the binding, JSON and parsing the reply.",
             "",
         ]
 
@@ -493,13 +493,15 @@ def notes(data: dict[str, Any]) -> list[str]:
         "(`native/patches/common-render-*.patch`, see `docs/per-call-cost.md`) it renders a request once "
         "and runs the template's message loop only for messages it has not rendered before. pyshim also "
         "keeps, per handle, each message as read from the request and as the template's value "
-        "(`native/message_cache.h`, `native/patches/common-shared-message-values.patch`), so a call parses "
-        "and converts only its new messages; it still builds common/'s JSON form of every message. On "
-        "sliding-window and recurrent models pyshim renders the history once more, to place a cache "
-        "checkpoint where the last message starts. llama-server is built from the same patched tree, so "
-        "its renders take the loop memo too, but it keeps neither cache. Each timed call follows the "
-        "model's evaluation, which streams the weights through the CPU's caches: the same preparation in "
-        "a loop of calls that evaluate nothing takes about two thirds of the time.",
+        "(`native/message_cache.h`, `native/patches/common-shared-message-values.patch`), and the template "
+        "takes each message's value by the number the message cache gave it "
+        "(`native/patches/common-shared-values-message-ids.patch`), so a call parses, converts and "
+        "builds common/'s JSON form only for its new messages. On sliding-window and recurrent models the "
+        "cache checkpoint's place (where the last message starts) is read off the same render "
+        "(`native/patches/common-shared-values-last-message.patch`). llama-server is built from the same "
+        "patched tree, so its renders take the loop memo too, but it keeps none of these caches. Each "
+        "timed call follows the model's evaluation, which streams the weights through the CPU's caches: "
+        "the same preparation in a loop of calls that evaluate nothing takes about 60 % of the time.",
         "- **The model-time floor** is computed at the pp512/tg128 rates, but an agent turn evaluates about "
         "110 new tokens at a depth of 1-2k tokens, where the engine itself runs slower (llama-bench's "
         "pp128 at depth 2048 is well below pp512); pyshim and llama-server land at the same distance from it.",
