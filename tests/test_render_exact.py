@@ -191,6 +191,19 @@ def test_prepared_requests_match_the_unpatched_render(spec: str) -> None:
     assert not differ, f"{spec}: calls {differ} of {len(want)} prepare something other than the unpatched render"
 
 
+@pytest.mark.parametrize("spec", [GEMMA, "tiny:hybrid"])
+def test_the_checkpoint_place_read_off_the_render_is_the_history_renders(spec: str) -> None:
+    """Where the last message starts, read off the main render, equals what rendering the history
+    again finds (the ``render_history`` hook), call after call."""
+    with pyshim.Model(model_path(spec), n_ctx=8192) as m:
+        for conv, options in conversations(spec):
+            opt = dict(options)
+            tools = None if opt.pop("_no_tools", False) else [WEATHER_TOOL]
+            again = m.generate(conv, tools, max_tokens=1, _test={"prepare_only": True, "render_history": True}, **opt)
+            assert again["last_message_rendered"]
+            assert prepared(m, conv, options) == again["prepared"]
+
+
 def test_a_one_byte_difference_is_caught() -> None:
     """The check can fail: one more character in one early message changes its digest."""
     with pyshim.Model(model_path(SMOL), n_ctx=8192) as m:
