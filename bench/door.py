@@ -153,6 +153,12 @@ def _fresh(url: str, stack: ExitStack) -> Callable[[], http.client.HTTPConnectio
     return connect
 
 
+def _send_chat(conn: http.client.HTTPConnection, body: dict[str, Any]) -> http.client.HTTPResponse:
+    """One chat completion request on an open ``http.client`` connection."""
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
 def stdlib_post(url: str, stack: ExitStack) -> Post:
     """The standard library's ``http.client``: the least work a client can do per call, so what
     it measures is the server's own cost and loopback TCP."""
@@ -161,8 +167,7 @@ def stdlib_post(url: str, stack: ExitStack) -> Post:
     def post(body: dict[str, Any]) -> tuple[int, dict[str, str], Any, float]:
         conn = connect()
         t0 = time.perf_counter()
-        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-        r = conn.getresponse()
+        r = _send_chat(conn, body)
         reply = json.loads(r.read())
         return r.status, {k.lower(): v for k, v in r.getheaders()}, reply, t0
 
@@ -177,10 +182,7 @@ def stdlib_first_delta(url: str, stack: ExitStack) -> Callable[[dict[str, Any]],
     def first_delta(body: dict[str, Any]) -> float:
         conn = connect()
         t0, first = time.perf_counter(), float("nan")
-        conn.request(
-            "POST", "/v1/chat/completions", json.dumps(body | {"stream": True}), {"Content-Type": "application/json"}
-        )
-        r = conn.getresponse()
+        r = _send_chat(conn, body | {"stream": True})
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {r.read()!r}")
         for line in r:
