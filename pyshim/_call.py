@@ -15,13 +15,12 @@ exactly there, and the concatenated deltas always equal the final result.
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._lib import ffi, lib, take_json
+from ._lib import ffi, lib, read_json, take_json
 
 __all__ = ["DONE", "Call"]
 
@@ -89,7 +88,7 @@ class Call:
                 self._cond.notify_all()
 
     def _on_delta(self, delta_json: Any, _user: Any) -> int:
-        delta = json.loads(ffi.string(delta_json).decode("utf-8", errors="replace"))
+        delta = read_json(delta_json)
         with self._cond:
             if self._stop:
                 return 1

@@ -83,13 +83,24 @@ def lib() -> Any:
     return _lib
 
 
+def read_json(ptr: Any) -> Any:
+    """The JSON value in a C string from the library (a result or a delta), by orjson where it can:
+    the result of every call is parsed here. Text that is not valid UTF-8 (a model can split a
+    character) or that orjson refuses goes to the standard parser, with the bad bytes replaced.
+    (orjson would read an integer past 64 bits as a float; the library writes none.)"""
+    raw = ffi.string(ptr)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+
+
 def take_json(ptr: Any) -> dict[str, Any]:
     """Decode a string the library returned, free it, and raise if it is an error."""
     try:
-        text = ffi.string(ptr).decode("utf-8", errors="replace")
+        data = read_json(ptr)
     finally:
         lib().el_free(ptr)
-    data = json.loads(text)
     if isinstance(data, dict) and "error" in data:
         raise error_for(str(data["error"]))
     return data
@@ -120,4 +131,4 @@ def version() -> str:
     return ffi.string(lib().el_version()).decode()
 
 
-__all__ = ["ShimError", "candidates", "encode", "encode_messages", "ffi", "lib", "take_json", "version"]
+__all__ = ["ShimError", "candidates", "encode", "encode_messages", "ffi", "lib", "read_json", "take_json", "version"]

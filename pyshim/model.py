@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from . import models
 from ._call import DONE, Call, run_in_worker
-from ._lib import encode, encode_messages, ffi, lib, take_json
+from ._lib import encode, encode_messages, ffi, lib, read_json, take_json
 from .errors import ClosedModel, ModelLoadError
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object]) -
 
     def trampoline(delta_json: Any, _user: Any) -> int:
         try:
-            keep_going = on_delta(json.loads(ffi.string(delta_json).decode("utf-8", errors="replace")))
+            keep_going = on_delta(read_json(delta_json))
             return 1 if keep_going is False else 0
         except BaseException as e:  # re-raised below, never lost inside C
             failure.append(e)

@@ -1,6 +1,7 @@
 """The conversation goes to the library by orjson (``pyshim._lib.encode_messages``): the same JSON
 as the standard encoder for what the standard encoder takes, and the standard encoder's
-conversions and refusals for what orjson does not take."""
+conversions and refusals for what orjson does not take. Results and deltas come back by orjson
+(``pyshim._lib.read_json``), and what it refuses is read as the standard parser reads it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pyshim._lib import encode, encode_messages
+from pyshim._lib import encode, encode_messages, ffi, read_json
 from pyshim.errors import InvalidRequest
 
 MESSAGES: list[Any] = [
@@ -37,3 +38,16 @@ def test_what_orjson_does_not_take_goes_to_the_standard_encoder() -> None:
         encode_messages([loop])
     with pytest.raises(InvalidRequest, match="as JSON"):
         encode_messages([{"role": "user", "content": object()}])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps({"content": MESSAGES[0]["content"], "n": [1, 2.5, None, True]}).encode(),
+        b'{"content": "caf\xc3"}',  # a character split by a token: invalid UTF-8, replaced
+        b'{"n": [18446744073709551615, -9223372036854775808]}',  # the library's widest integers
+        b'{"content": "\\ud83d alone"}',  # a lone surrogate, as the standard parser keeps it
+    ],
+)
+def test_results_read_as_the_standard_parser_reads_them(raw: bytes) -> None:
+    assert read_json(ffi.new("char[]", raw)) == json.loads(raw.decode("utf-8", errors="replace"))
