@@ -122,8 +122,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 5
-#define EL_ABI_VERSION "1.5"
+#define EL_ABI_VERSION_MINOR 6
+#define EL_ABI_VERSION "1.6"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -352,6 +352,10 @@ EL_API const char *el_last_error(void);
 **                      decode step together with this call's: 1 when it
 **                      decoded alone, 0 when it decoded nothing (since 1.3;
 **                      see THREADS)
+**   n_argmax           of the tokens decoded, those chosen by reading the
+**                      argmax of the (biased) logits rather than through the
+**                      sampler chain: greedy decoding, with a lazy tool-call
+**                      grammar only until its trigger (since 1.6)
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle run concurrently up to n_seq (see
 ** THREADS).

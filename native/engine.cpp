@@ -157,7 +157,7 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     if (!p.sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");
     }
-    if (p.req.greedy) {
+    if (p.req.greedy || p.req.greedy_lazy) {
         p.biased.assign(llama_vocab_n_tokens(vocab_), 0);
         for (const auto & b : p.req.greedy_bias) {
             p.biased[b.first] = 1;
@@ -425,6 +425,7 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
         }
         const llama_token tok = p.next;
         p.rep.n_decoded++;
+        p.rep.n_argmax += p.next_argmax ? 1 : 0;
         if (p.req.top_logprobs >= 0) {
             p.rep.logprobs.push_back(std::move(p.next_logprob));
         }

@@ -27,6 +27,7 @@ struct Engine::Prepared {
     steady::time_point      t0;
     bool                    have_next = false;  // false: forced-only text ended
     llama_token             next      = 0;
+    bool                    next_argmax = false;  // `next` was read off the logits (n_argmax)
     json                    next_logprob;
 };
 }  // namespace el

@@ -467,11 +467,15 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
 // Greedy without a grammar: the sampler chain (logit bias and the model's suppressed
 // tokens, then top-k/top-p/min-p, then a temperature <= 0 that keeps only the maximum)
 // picks the argmax of the biased logits, so the decode loop reads it directly instead
-// of building and sorting a candidate array over the whole vocabulary.
+// of building and sorting a candidate array over the whole vocabulary. With a lazy
+// grammar (tools, tool_choice auto) the same holds for as long as the grammar waits for
+// its trigger, which the decode loop asks before each token (token_choice.cpp).
 void set_greedy(const llama_vocab * vocab, Request & r) {
     const common_params_sampling & s = r.sampling;
-    r.greedy = s.temp <= 0 && s.grammar.empty() && !r.sampler_chain;
-    if (!r.greedy) {
+    const bool chain_argmax = s.temp <= 0 && !r.sampler_chain;
+    r.greedy      = chain_argmax && s.grammar.empty();
+    r.greedy_lazy = chain_argmax && !s.grammar.empty() && s.grammar_lazy;
+    if (!r.greedy && !r.greedy_lazy) {
         return;
     }
     std::map<llama_token, float> bias;

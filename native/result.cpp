@@ -107,6 +107,7 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"slot", r.routed ? json(r.slot) : json(nullptr)},
         {"restored_from_host", r.restored_from_host},
         {"n_batched_max", r.n_batched_max},
+        {"n_argmax", r.n_argmax},
         {"abi_version", EL_ABI_VERSION},
     };
     if (with_logprobs) {

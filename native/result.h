@@ -26,6 +26,7 @@ struct CallReport {
     size_t      n_messages_reused = 0;
     size_t      slot = 0;
     size_t      n_batched_max = 0;  // most calls in one of this call's decode steps
+    size_t      n_argmax      = 0;  // tokens chosen by the greedy fast path (token_choice.cpp)
     bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;
     json        logprobs = json::array();  // per generated token, when asked for

@@ -4,7 +4,8 @@
 //
 // Invariant: a token is chosen from the logits row of the call's own last evaluation,
 // under the handle's mutex, before any later batch can overwrite that row; greedy choice
-// reads the logits directly and picks exactly what the full sampler chain would.
+// reads the logits directly (also while a lazy tool-call grammar waits for its trigger)
+// and picks exactly what the full sampler chain would.
 
 #include "engine_call.h"
 
@@ -98,6 +99,7 @@ void Engine::choose_next(Prepared & p, int32_t row) {
     const Request & req = p.req;
     const size_t    n   = p.rep.n_decoded;
     llama_token     tok;
+    bool            argmax = false;
     if (n < req.forced.size()) {
         tok = req.forced[n];
         if (!req.forced_only) {
@@ -108,12 +110,20 @@ void Engine::choose_next(Prepared & p, int32_t row) {
         return;
     } else if (req.greedy) {
         tok = argmax_token(req, p.biased, row);
+        argmax = true;
+    } else if (req.greedy_lazy && common_sampler_grammar_waits(p.sampler.get())) {
+        // what common_sampler_sample would pick (its grammar steps change nothing yet); the
+        // grammar still sees the token, to watch for its trigger
+        tok = argmax_token(req, p.biased, row);
+        common_sampler_accept(p.sampler.get(), tok, true);
+        argmax = true;
     } else {
         tok = common_sampler_sample(p.sampler.get(), ctx_, row);
         common_sampler_accept(p.sampler.get(), tok, true);
     }
-    p.have_next = true;
-    p.next      = tok;
+    p.have_next   = true;
+    p.next        = tok;
+    p.next_argmax = argmax;
     if (req.top_logprobs >= 0) {
         p.next_logprob = logprob_entry(llama_get_logits_ith(ctx_, row), tok, req.top_logprobs);
     }

@@ -175,3 +175,28 @@ def test_greedy_fast_path_picks_what_the_sampler_chain_picks(smol: pyshim.Model,
         r = smol.generate(user("Write a short poem about rain."), max_tokens=40, temperature=0, _test=hooks, **options)
         outputs.append((r["content"], r["n_decoded"]))
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What is the weather in Paris right now?", "Write two sentences about rain. Do not call any tool."],
+)
+def test_greedy_with_tools_reads_the_argmax_only_until_the_grammar_triggers(qwen: pyshim.Model, question: str) -> None:
+    """With tools (a lazy tool-call grammar) greedy decoding reads the argmax while the grammar waits
+    for its trigger, and samples through the chain and the grammar from the trigger on: the same
+    reply, call and tokens as the full chain everywhere (n_argmax counts the fast path's tokens)."""
+    replies = []
+    for hooks in ({}, {"sampler_chain": True}):
+        qwen.reset()  # identical evaluations, so identical logits
+        r = qwen.generate(user(question), [WEATHER_TOOL], max_tokens=48, temperature=0, _test=hooks)
+        replies.append(r)
+    fast, chain = replies
+    for key in ("content", "n_decoded", "finish_reason"):
+        assert fast[key] == chain[key], key
+    assert [c["function"] for c in fast["tool_calls"]] == [c["function"] for c in chain["tool_calls"]]
+    assert chain["n_argmax"] == 0
+    if fast["tool_calls"]:
+        # the call's own tokens, from the trigger on, were sampled under the grammar
+        assert 0 < fast["n_argmax"] < fast["n_decoded"]
+    else:
+        assert fast["n_argmax"] == fast["n_decoded"] > 0
