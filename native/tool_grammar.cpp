@@ -19,6 +19,8 @@
 #include "json-schema-to-grammar.h"
 
 #include <cctype>
+#include <mutex>
+#include <unordered_map>
 
 namespace el {
 
@@ -86,9 +88,8 @@ std::string bare_call_trigger(const json & tools, bool parallel) {
            "\\{" + ws + "\"name\"" + ws + ":" + ws + "(?:\"(?:(?:" + names + ")\"|" + prefixes + ")?)?" + ")$";
 }
 
-}  // namespace
-
-std::string forced_call_grammar(const json & tools, const std::string & only, bool parallel) {
+// GBNF for one call of the tools (see forced_call_grammar), built from their schemas.
+std::string build_forced_call_grammar(const json & tools, const std::string & only, bool parallel) {
     json variants = json::array();
     for (const json & t : tools) {
         const json & fn = t["function"];
@@ -108,6 +109,49 @@ std::string forced_call_grammar(const json & tools, const std::string & only, bo
     json schema = parallel ? json{{"anyOf", json::array({call, json{{"type", "array"}, {"items", call}, {"minItems", 1}}})}}
                            : call;
     return json_schema_to_grammar(common_json::parse(dump(schema)));
+}
+
+// The grammars built so far, by the exact JSON of the tools and the two choices (the
+// grammar depends on nothing else). Converting the schemas cost ~0.08 ms a call for one
+// small tool, and an agent sends the same tools call after call. Process-wide, for every
+// handle; bounded, and emptied when full.
+class GrammarMemo {
+  public:
+    std::string get(const json & tools, const std::string & only, bool parallel) {
+        std::string key = dump(tools);
+        key += '\0';
+        key += only;
+        key += parallel ? '1' : '0';
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (auto it = memo_.find(key); it != memo_.end()) {
+                return it->second;
+            }
+        }
+        std::string grammar = build_forced_call_grammar(tools, only, parallel);  // may throw: nothing kept
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (memo_.size() >= kMaxEntries || bytes_ + key.size() + grammar.size() > kMaxBytes) {
+            memo_.clear();
+            bytes_ = 0;
+        }
+        bytes_ += key.size() + grammar.size();
+        memo_.emplace(std::move(key), grammar);
+        return grammar;
+    }
+
+  private:
+    static constexpr size_t kMaxEntries = 64;
+    static constexpr size_t kMaxBytes   = 8u << 20;
+    std::mutex                                   mutex_;
+    std::unordered_map<std::string, std::string> memo_;
+    size_t                                       bytes_ = 0;
+};
+
+}  // namespace
+
+std::string forced_call_grammar(const json & tools, const std::string & only, bool parallel) {
+    static GrammarMemo memo;
+    return memo.get(tools, only, parallel);
 }
 
 void add_bare_call_grammar(const json & tools, bool parallel, common_params_sampling & s) {

@@ -99,3 +99,19 @@ def test_a_grammar_cloned_from_the_handle_cache_constrains_as_a_fresh_parse() ->
         assert len(set(map(str, parsed))) >= 3  # different answers, so that a mix-up shows (auto calls too)
         for variant, expected in zip(GRAMMAR_VARIANTS, parsed, strict=True):
             assert answer(variant) == expected, variant
+
+
+def test_the_forced_call_grammar_follows_the_tools_of_each_call(qwen: pyshim.Model) -> None:
+    """Forced-call grammars are kept per exact tools JSON (native/tool_grammar.cpp): the same
+    question forced to a call with one tool set, then another, then the first again, calls a tool
+    of each call's own set, with arguments of that tool's schema."""
+    by_name = {s["function"]["name"]: s for s in SCHEMAS}
+    question = [{"role": "user", "content": "Convert 37.5 km to miles, then compute 2 + 2."}]
+    for names in (["calculator"], ["convert_units"], ["calculator"]):
+        tools = [by_name[n] for n in names]
+        qwen.reset()
+        r = qwen.generate(question, tools, max_tokens=60, temperature=0, tool_choice="required")
+        [call] = r["tool_calls"]
+        assert call["function"]["name"] in names, (names, call)
+        required = set(by_name[call["function"]["name"]]["function"]["parameters"].get("required", []))
+        assert required <= set(json.loads(call["function"]["arguments"]))
