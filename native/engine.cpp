@@ -157,12 +157,6 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     if (!p.sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");
     }
-    if (p.req.greedy || p.req.greedy_lazy) {
-        p.biased.assign(llama_vocab_n_tokens(vocab_), 0);
-        for (const auto & b : p.req.greedy_bias) {
-            p.biased[b.first] = 1;
-        }
-    }
     CallReport & rep = p.rep;
     rep.ms_sampler        = ms_since(t_sampler);
     rep.ms_prepare        = ms_since(p.t0);

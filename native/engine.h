@@ -141,7 +141,7 @@ class Engine {
     void        first_token(Prepared & p);
     void        choose_next(Prepared & p, int32_t row);
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
-    llama_token argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const;
+    llama_token argmax_token(const Request & req, int32_t row) const;
 
     Config                    cfg_;
     llama_model *             model_ = nullptr;

@@ -23,7 +23,6 @@ struct Engine::Prepared {
     Call                    call;
     CallReport              rep;
     common_sampler_ptr      sampler;
-    std::vector<uint8_t>    biased;     // greedy: the tokens with a bias
     steady::time_point      t0;
     bool                    have_next = false;  // false: forced-only text ended
     llama_token             next      = 0;

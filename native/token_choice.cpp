@@ -17,21 +17,30 @@
 namespace el {
 
 // The most likely next token after the request's biases, read straight from the logits
-// of the last evaluation (the greedy fast path: no candidate array, no sort). `biased`
-// marks the tokens that have a bias, so the scan skips them and they compete with their
-// biased logit.
-llama_token Engine::argmax_token(const Request & req, const std::vector<uint8_t> & biased, int32_t row) const {
+// of the last evaluation (the greedy fast path: no candidate array, no sort). The tokens
+// without a bias are scanned in order, run by run between the biased ones (greedy_bias is
+// sorted by token and checked against the vocabulary), so the first maximum wins as in one
+// scan; then the biased tokens compete with their biased logits.
+llama_token Engine::argmax_token(const Request & req, int32_t row) const {
     llama_synchronize(ctx_);
     const float * logits = llama_get_logits_ith(ctx_, row);
     const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
     llama_token best = 0;
     float best_logit = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (logits[i] > best_logit && !biased[i]) {
-            best_logit = logits[i];
-            best       = i;
+    int32_t from = 0;
+    auto scan_to = [&](int32_t to) {
+        for (int32_t i = from; i < to; i++) {
+            if (logits[i] > best_logit) {
+                best_logit = logits[i];
+                best       = i;
+            }
         }
+    };
+    for (const auto & b : req.greedy_bias) {
+        scan_to(b.first);
+        from = b.first + 1;
     }
+    scan_to(n_vocab);
     for (const auto & [token, bias] : req.greedy_bias) {
         if (logits[token] + bias > best_logit) {
             best_logit = logits[token] + bias;
@@ -109,12 +118,12 @@ void Engine::choose_next(Prepared & p, int32_t row) {
         p.have_next = false;  // the forced text ends as if the model ended it
         return;
     } else if (req.greedy) {
-        tok = argmax_token(req, p.biased, row);
+        tok = argmax_token(req, row);
         argmax = true;
     } else if (req.greedy_lazy && common_sampler_grammar_waits(p.sampler.get())) {
         // what common_sampler_sample would pick (its grammar steps change nothing yet); the
         // grammar still sees the token, to watch for its trigger
-        tok = argmax_token(req, p.biased, row);
+        tok = argmax_token(req, row);
         common_sampler_accept(p.sampler.get(), tok, true);
         argmax = true;
     } else {
