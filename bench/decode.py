@@ -99,12 +99,13 @@ def report(data: dict[str, Any]) -> str:
             lines.append(f"| {name} | pyshim, {mode} | {med:.1f} ({lo:.1f}–{hi:.1f}) | {share} | {min(ns)}–{max(ns)} |")
     lines += [
         "",
-        "With tools a call carries a lazy tool-call grammar: every token goes through the sampler chain, "
-        "and the grammar watches the text for the start of a call. A turn that counts in prose shows what "
-        "carrying tools costs; a turn that answers with a tool call instead (fewer tokens decoded, last "
-        "column) is constrained by the grammar at every token of the call, and the grammar ends it. "
-        "Sampled modes run top-p over the vocabulary and the draw for every token. Greedy without tools "
-        "reads the argmax straight from the logits.",
+        "With tools a call carries a lazy tool-call grammar, which watches the text for the start of a "
+        "call. A turn that counts in prose shows what carrying tools costs; a turn that answers with a "
+        "tool call instead (fewer tokens decoded, last column) is constrained by the grammar at every "
+        "token of the call, and the grammar ends it. Sampled modes run the sampler chain (top-p over the "
+        "vocabulary and the draw) for every token. Greedy reads the argmax straight from the logits: "
+        "without tools for every token, with tools until the model starts a call (the result's "
+        "`n_argmax`); from there the chain and the grammar choose.",
         "",
     ]
     return "\n".join(lines)
