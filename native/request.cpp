@@ -472,10 +472,8 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
 // its trigger, which the decode loop asks before each token (token_choice.cpp).
 void set_greedy(const llama_vocab * vocab, Request & r) {
     const common_params_sampling & s = r.sampling;
-    const bool chain_argmax = s.temp <= 0 && !r.sampler_chain;
-    r.greedy      = chain_argmax && s.grammar.empty();
-    r.greedy_lazy = chain_argmax && !s.grammar.empty() && s.grammar_lazy;
-    if (!r.greedy && !r.greedy_lazy) {
+    r.greedy = s.temp <= 0 && !r.sampler_chain && (s.grammar.empty() || s.grammar_lazy);
+    if (!r.greedy) {
         return;
     }
     std::map<llama_token, float> bias;

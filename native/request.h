@@ -58,8 +58,7 @@ struct Request {
     int32_t                      max_tokens  = 0;
     int32_t                      top_logprobs = -1;  // -1: no logprobs
     double                       timeout_ms   = 0;
-    bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits
-    bool                         greedy_lazy  = false;  // so too while the lazy tool-call grammar waits for its trigger
+    bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits while no grammar constrains it
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
     std::string                  session;                 // pin the conversation to a slot

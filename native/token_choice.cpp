@@ -117,12 +117,9 @@ void Engine::choose_next(Prepared & p, int32_t row) {
     } else if (req.forced_only) {
         p.have_next = false;  // the forced text ends as if the model ended it
         return;
-    } else if (req.greedy) {
-        tok = argmax_token(req, row);
-        argmax = true;
-    } else if (req.greedy_lazy && common_sampler_grammar_waits(p.sampler.get())) {
-        // what common_sampler_sample would pick (its grammar steps change nothing yet); the
-        // grammar still sees the token, to watch for its trigger
+    } else if (req.greedy && common_sampler_grammar_waits(p.sampler.get())) {
+        // what common_sampler_sample would pick (no grammar, or one whose steps change nothing
+        // yet); a lazy grammar still sees the token, to watch for its trigger
         tok = argmax_token(req, row);
         common_sampler_accept(p.sampler.get(), tok, true);
         argmax = true;
