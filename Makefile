@@ -125,7 +125,7 @@ peers: vendor
 	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF \
 	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0 $(NO_AMX)
-	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-server llama
+	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-batched-bench llama-server llama
 
 # llama.cpp's rpc-server from the same pinned (and patched) tree, in a build dir of its own:
 # tests/test_rpc.py and bench/rpc.py start it on loopback. It has no authentication: never

@@ -26,6 +26,11 @@ Repetition k of every mode runs before repetition k+1 of any, so the ratios pair
 measurements taken close together; the report gives each ratio's median and min–max over
 the repetitions. ``--quick`` (the smallest catalogue model, 2 turns, 4 tokens, 1
 repetition; llama-server only where it is built) checks the harness only.
+
+Before the repetitions, llama.cpp's ``llama-batched-bench`` measures each model's own prompt and
+decode rates with 1, 2 and 4 sequences per batch (same cache layout: a stream per sequence). From
+them the report gives the least wall any scheduling of the mode's prompt and decoded tokens could
+take, serialized and at 4 at once: the most that batching the calls can give on this machine.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import argparse
 import json
 import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -77,6 +83,10 @@ COMPARISONS = [
     ("pyshim-alone-nseq4", "pyshim-alone-nseq1"),
     ("pyshim-concurrent-fa-off", "pyshim-serialized-fa-off"),
 ]
+BATCHED_BENCH = PEERS / "llama-batched-bench"
+RATE_SEQS = (1, 2, 4)  # sequences per batch in the engine's own rates
+RATE_PP, RATE_TG = 128, 32  # prompt tokens per sequence, then decoded tokens per sequence
+
 RATIOS = [  # (summary key, column heading)
     ("wall_s", "total wall"),
     ("decode_tps", "aggregate decode tok/s"),
@@ -204,12 +214,25 @@ def engine_counts(system: System, since: dict[str, float] | None = None) -> dict
 
 def modes_to_run(args: argparse.Namespace) -> list[str]:
     modes = list(args.modes)
+    if not BATCHED_BENCH.exists() and not args.quick:
+        raise SystemExit(f"{BATCHED_BENCH} is not built: `make peers` builds it")
     if "llama-server-np4" in modes and not (PEERS / "llama-server").exists():
         if not args.quick:
             raise SystemExit(f"{PEERS / 'llama-server'} is not built: `make peers` builds it")
         modes.remove("llama-server-np4")
         print("llama-server is not built: skipping llama-server-np4", flush=True)
     return modes
+
+
+def engine_rates(model: Path) -> list[dict[str, Any]]:
+    """llama-batched-bench's prompt and decode tok/s with 1, 2 and 4 sequences per batch, on
+    a context laid out as the handle's (n_seq streams of N_CTX), flash attention on as pyshim's
+    default: one row per sequence count, as the tool writes it (jsonl)."""
+    cmd = [str(BATCHED_BENCH), "-m", str(model), "-c", str(N_CTX * N_SESSIONS), "-b", "512", "-ub", "512"]
+    cmd += ["-t", str(THREADS), "-fa", "on", "-npp", str(RATE_PP), "-ntg", str(RATE_TG)]
+    cmd += ["-npl", ",".join(map(str, RATE_SEQS)), "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,8 +254,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "workloads": {w: (q if args.quick else t, e) for w, (t, q, e) in WORKLOADS.items()},
         "n_ctx": N_CTX,
         "results": [],
+        "engine_rates": {},
     }
     paths = {m: models.path(m) for m in args.models}
+    for m in args.models if BATCHED_BENCH.exists() else []:
+        data["engine_rates"][m] = engine_rates(paths[m])
+        print(f"{m}: the engine's own rates measured", flush=True)
     for rep in range(args.reps):
         for m in args.models:
             for w in WORKLOADS:
@@ -327,6 +354,60 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def rates_table(data: dict[str, Any]) -> list[str]:
+    """The engine's own rates by sequences per batch, and the floor they put under each workload."""
+    rates = data.get("engine_rates") or {}
+    if not rates:
+        return []
+    out = [
+        "## What the engine allows (llama-batched-bench, same run)",
+        "",
+        f"llama.cpp's `llama-batched-bench` on each model before the repetitions: {RATE_PP} prompt tokens per "
+        f"sequence in one batch, then {RATE_TG} decode steps of one token per sequence, on a context laid out as "
+        "the handle's (a cache stream per sequence), flash attention on.",
+        "",
+        "| model | sequences per batch | prompt tok/s | decode tok/s | decode vs 1 sequence |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for m, rows in rates.items():
+        one = next(r["speed_tg"] for r in rows if r["pl"] == 1)
+        for r in rows:
+            out.append(f"| {m} | {r['pl']} | {r['speed_pp']:.1f} | {r['speed_tg']:.1f} | {r['speed_tg'] / one:.2f}× |")
+    out += [
+        "",
+        "**Floor** is the least wall a mode's tokens allow at those rates: one call at a time, its prompt tokens "
+        "at the rate of 1 sequence per batch and its decoded tokens at 1 per step; 4 at once, the prompt tokens at "
+        "the best rate of any sequence count and the decoded tokens at 4 per step (every step full). The rates are "
+        "measured at a shallow depth, where both run fastest, so no scheduler reaches a floor; the quotient of "
+        "the two floors is about the most that running the 4 sessions at once can give over the wall.",
+        "",
+        "| model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at once "
+        "| most the wall ratio can be | pyshim concurrent / serialized (aggregate decode tok/s) "
+        "| pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m, rows in rates.items():
+        pp = max(r["speed_pp"] for r in rows)
+        pp1 = next(r["speed_pp"] for r in rows if r["pl"] == 1)
+        tg = {r["pl"]: r["speed_tg"] for r in rows}
+        for w in data["workloads"]:
+            runs = find(data, m, w, "pyshim-concurrent")
+            if not runs or runs[0]["n_evaluated"] is None:
+                continue
+            n_eval = statistics.median(r["n_evaluated"] for r in runs)
+            n_gen = statistics.median(r["n_gen"] for r in runs)
+            one = n_eval / pp1 + n_gen / tg[1]
+            four = n_eval / pp + n_gen / tg[max(tg)]
+            measured = ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized")
+            server = find(data, m, w, "llama-server-np4")
+            walls = [spread([r["wall_s"] / four for r in rs]) if rs else "n/a" for rs in (runs, server)]
+            out.append(
+                f"| {m} | {w} | {n_eval:.0f} | {n_gen:.0f} | {one:.1f} s | {four:.1f} s | {one / four:.2f}× "
+                f"| {ratio_text(measured['decode_tps']) if measured else 'n/a'} | {walls[0]}× | {walls[1]}× |"
+            )
+    return [*out, ""]
+
+
 def report(data: dict[str, Any]) -> str:
     out = [
         "# Four agent sessions at once on one handle",
@@ -341,6 +422,7 @@ def report(data: dict[str, Any]) -> str:
         "",
     ]
     out += ratio_table(data)
+    out += rates_table(data)
     out += mode_table(data)
     out += [
         "## Reading the results",
