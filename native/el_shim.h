@@ -31,9 +31,11 @@
 ** timeout_ms. The running calls' decode steps are evaluated together: one
 ** batch holds the next token of every decoding call (continuous batching),
 ** and the prompt of a call that joins is evaluated in n_batch chunks between
-** those steps. Every evaluation of such a handle runs on one thread the
-** handle owns; all else a call does (parsing, routing, turning tokens into
-** text, its stream callbacks) runs on the thread that called it. A call slow
+** those steps. Every evaluation of a handle (n_seq 1 too) runs on one thread
+** the handle owns, so the calling threads may differ from call to call at no
+** cost; all else a call does (parsing, routing, turning tokens into text, its
+** stream callbacks) runs on the thread that called it. A handle does not
+** survive fork(): use it in the process that opened it. A call slow
 ** to take its next token (a stream callback that blocks) holds the others'
 ** next step up by at most 10 ms, then misses it. Concurrent calls compute what
 ** they would compute alone, up to the rounding of the other batch shape (see

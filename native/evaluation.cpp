@@ -1,8 +1,7 @@
 // evaluation.cpp -- the engine's evaluation side: every llama_decode on the handle's
 // context, the batches it is given, and what may stop it; see engine.h and scheduler.h.
 //
-// Invariant: batch_ is filled and evaluated only by the thread the scheduler lets evaluate
-// (the evaluator thread with n_seq >= 2, the call's own thread with n_seq 1), under mu;
+// Invariant: batch_ is filled and evaluated only by the handle's evaluator thread, under mu;
 // a batch's logits are read before mu is released; only evaluated tokens reach a slot's
 // mirror; llama_decode's abort callback stops a batch only when every call in it should
 // stop, so one call's cancel or timeout never cuts another call's step; after a fatal

@@ -77,9 +77,8 @@ void Engine::open(const char * config_json) {
         kind = MemoryKind::SlidingWindow;
     }
     slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
-    // One slot: calls run one at a time on their own thread, as before. Several: an
-    // evaluator thread batches the calls' decode steps (scheduler.h).
-    sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch, cfg_.n_seq > 1,
+    // Every evaluation runs on the handle's evaluator thread, with one slot too (scheduler.h).
+    sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch,
                                          [this](const std::vector<Scheduler::Participant *> & b) { return run_step(b); });
 }
 

@@ -20,22 +20,18 @@ constexpr auto kPoll = std::chrono::milliseconds(5);
 
 }  // namespace
 
-Scheduler::Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, bool threaded, StepFn step)
-    : mu_(mu), n_slots_(n_slots), max_step_(std::max<size_t>(1, max_step)), threaded_(threaded), step_fn_(std::move(step)) {
-    if (threaded_) {
-        evaluator_ = std::thread([this] { loop(); });
-    }
+Scheduler::Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, StepFn step)
+    : mu_(mu), n_slots_(n_slots), max_step_(std::max<size_t>(1, max_step)), step_fn_(std::move(step)) {
+    evaluator_ = std::thread([this] { loop(); });
 }
 
 Scheduler::~Scheduler() {
-    if (evaluator_.joinable()) {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            quit_ = true;
-        }
-        cv_.notify_all();
-        evaluator_.join();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        quit_ = true;
     }
+    cv_.notify_all();
+    evaluator_.join();
 }
 
 bool Scheduler::admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop) {
@@ -64,9 +60,6 @@ void Scheduler::leave() {
 }
 
 int32_t Scheduler::solo(std::unique_lock<std::mutex> & lock, const std::function<int32_t()> & fn) {
-    if (!threaded_) {
-        return fn();
-    }
     Job job{&fn};
     jobs_.push_back(&job);
     cv_.notify_all();
@@ -91,12 +84,8 @@ void Scheduler::step(std::unique_lock<std::mutex> & lock, Participant & p) {
         first_pending_ = steady::now();
     }
     pending_.push_back(&p);
-    if (threaded_) {
-        cv_.notify_all();
-        cv_.wait(lock, [&] { return p.done; });
-    } else {
-        run_step();
-    }
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return p.done; });
     if (p.error) {
         std::rethrow_exception(p.error);
     }

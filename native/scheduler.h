@@ -1,7 +1,10 @@
 // scheduler.h -- who runs next on a handle's context: the admission of calls (at most one
-// per slot, in arrival order) and, on handles with several slots, the evaluator thread that
-// runs every evaluation, combining the next token of every decoding call into one batch
-// (continuous batching), with prompt chunks of joining calls evaluated between those steps.
+// per slot, in arrival order) and the handle's evaluator thread, which runs every
+// evaluation, combining the next token of every decoding call into one batch (continuous
+// batching), with prompt chunks of joining calls evaluated between those steps. One slot
+// or several: ggml computes with OpenMP, whose worker team belongs to the thread that
+// evaluates; two live teams on the same cores (a call from the main thread, the next from
+// another) made decode ~35 % slower on 2 cores, for as long as both threads lived.
 // Between, not inside: with a cache stream per slot llama.cpp splits a mixed batch into the
 // same ubatches anyway (split_equal), and one llama_decode would tie a chunk's abort or
 // failure to the other calls' tokens (docs/reuse.md, "Calls at once").
@@ -43,9 +46,8 @@ class Scheduler {
     // Evaluates one batch of one token per participant and calls each one's `after`.
     using StepFn = std::function<int32_t(const std::vector<Participant *> &)>;
 
-    // `threaded`: run evaluations on an evaluator thread (handles with several slots);
-    // otherwise every evaluation runs inline on the calling thread, as one call at a time.
-    Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, bool threaded, StepFn step);
+    // Starts the evaluator thread; the destructor stops and joins it.
+    Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, StepFn step);
     ~Scheduler();
     Scheduler(const Scheduler &) = delete;
     Scheduler & operator=(const Scheduler &) = delete;
@@ -68,8 +70,6 @@ class Scheduler {
     void wait_a_little(std::unique_lock<std::mutex> & lock);
     void notify() { cv_.notify_all(); }
 
-    bool concurrent() const { return threaded_; }
-
   private:
     struct Job {
         const std::function<int32_t()> * fn;
@@ -85,7 +85,6 @@ class Scheduler {
     std::condition_variable       cv_;
     const size_t                  n_slots_;
     const size_t                  max_step_;
-    const bool                    threaded_;
     StepFn                        step_fn_;
     std::deque<const void *>      arrivals_;     // calls waiting for admission, oldest first
     size_t                        running_  = 0;  // admitted calls
