@@ -2,6 +2,7 @@
 
 #include "message_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
@@ -104,7 +105,12 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
     reads_++;
     key_ = std::to_string(session.size()) + ':' + session;
     const size_t prefix = key_.size();
-    std::vector<common_chat_msg> out;
+    // The session's messages given back by its last call: out[i] stays while its number is the
+    // entry's this read takes for element i (the same number is the same message), from the
+    // first difference on the rest is dropped and copied from the entries.
+    Spare                        spare = by_position ? Spare{} : take_spare(session);
+    std::vector<common_chat_msg> out   = std::move(spare.msgs);
+    size_t                       kept  = 0;
     out.reserve(elements.size());
     std::vector<Lru::iterator> taken;
     taken.reserve(elements.size());
@@ -113,19 +119,25 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
     }
     for (size_t i = 0; i < elements.size(); i++) {
         if (by_position && i < last_.size()) {
-            out.push_back(last_[i]->msg);  // the fault: bytes not compared
-            last_[i]->used = reads_;
+            last_[i]->used = reads_;  // the fault: bytes not compared
             taken.push_back(last_[i]);
         } else {
             key_.resize(prefix);
             key_.append(elements[i]);
-            out.push_back(take(elements[i], i, convert, n_reused).msg);
+            take(elements[i], i, convert, n_reused);
             taken.push_back(lru_.begin());  // take() leaves the element's entry first
+        }
+        if (kept == i && i < spare.ids.size() && i < out.size() && spare.ids[i] == taken.back()->id) {
+            kept++;
+        } else {
+            out.resize(std::min(out.size(), i));
+            out.push_back(taken.back()->msg);
         }
         if (ids != nullptr) {
             ids->push_back(taken.back()->id);
         }
     }
+    out.resize(elements.size());  // a conversation shorter than the spare: its leftover goes
     last_ = std::move(taken);
     evict();
     return out;
@@ -155,6 +167,35 @@ const MessageCache::Entry & MessageCache::take(std::string_view text, size_t ind
     return lru_.front();
 }
 
+void MessageCache::give_back(const std::string & session, std::vector<common_chat_msg> && msgs,
+                             std::vector<uint64_t> && ids) {
+    if (msgs.empty() || msgs.size() != ids.size()) {
+        return;  // not a read's messages as it returned them
+    }
+    spares_.push_front(Spare{session, std::move(msgs), std::move(ids)});
+    for (auto it = std::next(spares_.begin()); it != spares_.end(); ++it) {
+        if (it->session == session) {
+            spares_.erase(it);  // a session keeps its latest only
+            break;
+        }
+    }
+    if (spares_.size() > kMaxSpares) {
+        spares_.pop_back();
+    }
+}
+
+// The messages `session` gave back last, taken out (none: an empty spare).
+MessageCache::Spare MessageCache::take_spare(const std::string & session) {
+    for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+        if (it->session == session) {
+            Spare spare = std::move(*it);
+            spares_.erase(it);
+            return spare;
+        }
+    }
+    return {};
+}
+
 // Drops the least recently used entries beyond the bounds, never one this read took (the
 // by_position hook keeps pointing at them until the next read).
 void MessageCache::evict() {
@@ -171,6 +212,7 @@ void MessageCache::drop(Lru::iterator it) {
 
 void MessageCache::forget(const char * session) {
     last_.clear();  // the by_position hook's view of the last read may point into what goes
+    spares_.remove_if([session](const Spare & s) { return session == nullptr || s.session == session; });
     // the length before the ':' holds only digits, so this prefix starts no other session's key
     const std::string prefix = session == nullptr ? "" : std::to_string(std::strlen(session)) + ':' + session;
     for (auto it = lru_.begin(); it != lru_.end();) {

@@ -529,7 +529,7 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
 // the state of the tokens before it, wherever it is), so it is read off the main render where
 // it can be: the text the template's loop output for the last message, found last in the
 // prompt, and the tokens that spell the prompt up to it. Else the history is rendered again.
-size_t last_message_start(const ModelView & m, common_chat_templates_inputs && in, Request & r) {
+size_t last_message_start(const ModelView & m, const common_chat_templates_inputs & in, Request & r) {
     // a continued message is not rendered by the template (common/ appends it after the render)
     const bool   own = in.continue_final_message == COMMON_CHAT_CONTINUATION_NONE && !r.last_message_text.empty();
     const size_t at  = own ? r.chat.prompt.rfind(r.last_message_text) : std::string::npos;
@@ -539,7 +539,7 @@ size_t last_message_start(const ModelView & m, common_chat_templates_inputs && i
             return n;
         }
     }
-    return history_length(m, std::move(in), r);
+    return history_length(m, in, r);  // a copy: the history is rendered without the last message
 }
 
 }  // namespace
@@ -595,13 +595,15 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         fail("the rendered prompt is empty");
     }
     if (m.wants_checkpoints && in.messages.size() > 1) {
-        r.last_message_start = last_message_start(m, std::move(in), r);  // its last use
+        r.last_message_start = last_message_start(m, in, r);
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {
         fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
     r.n_render_reused = jinja::loop_memo_thread_stats().hits - memo_hits;
+    // unaltered (common/ reads its inputs as const): the session's next read keeps what it repeats
+    m.messages.give_back(r.session, std::move(in.messages), std::move(in.message_ids));
     return r;
 }
 

@@ -160,3 +160,27 @@ def test_a_session_never_takes_another_sessions_messages() -> None:
         m.forget("a")
         assert prepare(m, conv, session="a")["n_messages_reused"] == 0
         assert prepare(m, conv, session="b")["n_messages_reused"] == len(conv)
+
+
+def test_a_sessions_next_read_keeps_only_the_messages_it_repeats() -> None:
+    """A call gives its messages back to the handle once it has rendered them, and its session's
+    next read keeps each leading message whose number in the cache is unchanged instead of
+    copying it again (MessageCache::give_back). Whatever the next conversation does to the last
+    one (append, edit an early message, drop the last ones, swap two, repeat itself), with another
+    session's calls in between, each read equals a whole read (check_messages). Keeping the given
+    back messages by their place alone turns the edit red."""
+    rng = random.Random("given-back")
+
+    def turn(n: int) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": text(rng, n)}, {"role": "user", "content": text(rng, n)}]
+
+    conv = [{"role": "system", "content": text(rng, 20)}, {"role": "user", "content": text(rng, 8)}, *turn(8), *turn(8)]
+    edited = [dict(x) for x in conv]
+    edited[1]["content"] = "Edited. " + conv[1]["content"]
+    swapped = [conv[0], conv[3], conv[2], conv[1], *conv[4:]]
+    other = [{"role": "user", "content": text(rng, 12)}]
+    steps = [conv, [*conv, *turn(6)], edited, conv[:3], conv, swapped, conv, conv]
+    with pyshim.Model(model_path(SMOL), n_ctx=4096, n_seq=2) as m:
+        for step in steps:
+            prepare(m, step, session="a")  # check_messages: fails the call where they differ
+            prepare(m, [*other, *turn(4)[1:]], session="b")
