@@ -1,7 +1,9 @@
 """One C generate call on a worker thread, with its deltas handed to the caller one at a time.
 
 Why a worker: a call runs in C for seconds or minutes, and Python delivers SIGINT to the
-main thread only between bytecodes, so Ctrl-C would wait for the whole generation. The
+main thread only between bytecodes, so Ctrl-C would wait for the whole generation. Streams
+(whose reader must run while the call does) and main-thread calls where ``_sigint`` cannot
+watch for Ctrl-C (a SIGINT handler of the program's own, or not POSIX) run here. The
 caller instead waits in short timeouts, and on ``KeyboardInterrupt`` (or when a stream is
 closed or dropped) asks the library to stop this call (``el_cancel_request`` with the call's
 own ``request_id``, so other calls running on the handle go on), waits for the call to

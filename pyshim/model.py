@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from . import models
+from . import _sigint, models
 from ._call import DONE, Call, run_in_worker
 from ._lib import encode, encode_messages, ffi, lib, read_json, take_json
 from .errors import ClosedModel, ModelLoadError
@@ -100,12 +100,13 @@ class Model(_Closes):
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
         args, request_id = self._args(messages, tools, options)
-        if threading.current_thread() is threading.main_thread():
-            # where Ctrl-C arrives: keep it responsive
-            return run_in_worker(self.handle, args, request_id, on_delta)
-        if on_delta is None:
-            return take_json(lib().el_generate(*args))
-        return _generate_here(args, on_delta)
+        if threading.current_thread() is not threading.main_thread():
+            return _generate_here(args, on_delta)
+        # where Ctrl-C arrives: it must reach the call within a token
+        if _sigint.usable():
+            with _sigint.watching(self.handle, request_id.encode()):
+                return _generate_here(args, on_delta)
+        return run_in_worker(self.handle, args, request_id, on_delta)
 
     def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
         """The C arguments, and the call's ``request_id`` (the caller's, or a fresh one) by
@@ -195,8 +196,13 @@ class Stream(_Closes):
         self.result = self._call.result
 
 
-def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object]) -> Result:
-    """A streaming call on this (non-main) thread, with ``on_delta`` called from the C callback."""
+def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | None) -> Result:
+    """A call on this thread, with ``on_delta`` (if any) called from the C callback. An exception
+    in it stops the call and is raised once the call returned; so is a ``KeyboardInterrupt``
+    that lands in the callback before its ``try`` (cffi hands it to ``onerror``, which would
+    otherwise print it and go on)."""
+    if on_delta is None:
+        return take_json(lib().el_generate(*args))
     failure: list[BaseException] = []
 
     def trampoline(delta_json: Any, _user: Any) -> int:
@@ -207,7 +213,12 @@ def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object]) -
             failure.append(e)
             return 1
 
-    callback = ffi.callback("el_stream_cb", trampoline)
+    def onerror(_kind: Any, error: BaseException | None, _tb: Any) -> int:
+        if error is not None:
+            failure.append(error)
+        return 1
+
+    callback = ffi.callback("el_stream_cb", trampoline, onerror=onerror)
     result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
     if failure:
         raise failure[0]

@@ -1,5 +1,8 @@
 """Ctrl-C: a real SIGINT to a real process stops a long generation within about one token,
-and the model stays usable (the call runs on a worker thread; the main thread cancels it)."""
+and the model stays usable. A main-thread call runs on the main thread with a watcher on the
+interpreter's wakeup fd (pyshim/_sigint.py), which passes every signal on to the wakeup fd set
+before it; a stream, or a program with a SIGINT handler of its own, runs the call on a worker
+thread and the main thread cancels it."""
 
 from __future__ import annotations
 
@@ -12,17 +15,26 @@ import time
 
 from conftest import ROOT, SMOL
 
-CHILD = textwrap.dedent(
+MODES = ("generate", "on_delta", "stream", "wakeup_fd", "own_handler")
+CHILD = f"MODES = {MODES!r}\n" + textwrap.dedent(
     """
-    import sys, time
+    import os, signal, sys, time
     import pyshim
     m = pyshim.Model(sys.argv[1], n_ctx=8192, temperature=0)
     long = dict(max_tokens=6000, ignore_eos=True)
     ask = [{"role": "user", "content": "Tell me a very long story."}]
-    for mode in ("generate", "on_delta", "stream"):
+    def own_handler(signum, frame):
+        raise KeyboardInterrupt
+    for mode in MODES:
+        if mode == "wakeup_fd":  # a wakeup fd of the program's own (asyncio sets one)
+            mine_r, mine_w = os.pipe()
+            os.set_blocking(mine_w, False)
+            signal.set_wakeup_fd(mine_w)
+        if mode == "own_handler":
+            signal.signal(signal.SIGINT, own_handler)
         print("go", mode, flush=True)
         try:
-            if mode == "generate":
+            if mode in ("generate", "wakeup_fd", "own_handler"):
                 m.generate(ask, **long)
             elif mode == "on_delta":
                 m.generate(ask, on_delta=lambda d: None, **long)
@@ -32,6 +44,9 @@ CHILD = textwrap.dedent(
             print("finished without interruption", flush=True)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
+        if mode == "wakeup_fd":  # it got the signal too, and is the wakeup fd again
+            assert signal.SIGINT in os.read(mine_r, 64), "the signal did not reach the program's wakeup fd"
+            assert signal.set_wakeup_fd(-1) == mine_w, "the program's wakeup fd was not put back"
         r = m.generate([{"role": "user", "content": "Say OK."}], max_tokens=4)
         print("usable", r["n_decoded"], flush=True)
     """
@@ -49,7 +64,7 @@ def test_sigint_stops_a_long_generation_quickly_and_the_model_stays_usable() -> 
     delays = []
     try:
         assert child.stdout is not None
-        for mode in ("generate", "on_delta", "stream"):
+        for mode in MODES:
             assert child.stdout.readline().strip() == f"go {mode}"
             time.sleep(1.5)  # well into the generation (6000 tokens take most of a minute)
             sent = time.monotonic()
