@@ -46,14 +46,19 @@ def usable() -> bool:
 
 
 @contextlib.contextmanager
-def watching(handle: Any, request_id: bytes) -> Iterator[None]:
-    """While inside, a SIGINT stops the call ``request_id`` on ``handle``. Main thread only."""
+def watching(handle: Any, request_id: bytes) -> Iterator[bool]:
+    """While inside, a SIGINT stops the call ``request_id`` on ``handle``; yields False (and
+    watches nothing) where the interpreter refuses a wakeup fd (an embedding's subinterpreter)."""
     global _call, _forward
     write_end = _watcher()
-    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:
+        yield False
+        return
     _forward, _call = previous, (handle, request_id)
     try:
-        yield
+        yield True
     finally:
         _call = None
         signal.set_wakeup_fd(previous)

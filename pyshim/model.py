@@ -104,8 +104,9 @@ class Model(_Closes):
             return _generate_here(args, on_delta)
         # where Ctrl-C arrives: it must reach the call within a token
         if _sigint.usable():
-            with _sigint.watching(self.handle, request_id.encode()):
-                return _generate_here(args, on_delta)
+            with _sigint.watching(self.handle, request_id.encode()) as watched:
+                if watched:
+                    return _generate_here(args, on_delta)
         return run_in_worker(self.handle, args, request_id, on_delta)
 
     def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
