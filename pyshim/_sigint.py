@@ -3,7 +3,8 @@
 Python runs a signal's handler on the main thread, between bytecodes, so a SIGINT that arrives
 while the main thread is inside ``el_generate`` would wait for the whole generation. The other
 way, a worker thread running the call while the main thread waits (``_call.py``), costs a call
-four thread hand-offs (~0.2 ms). Here the main thread runs the call itself, and for its
+two thread hand-offs and a streamed call two more per delta. Here the main thread runs the call
+itself, and for its
 duration the interpreter's wakeup fd (``signal.set_wakeup_fd``: the C-level handler writes each
 signal's number to it, from whatever thread the signal lands on) is a pipe read by one watcher
 thread. On SIGINT the watcher asks the library to stop this call (``el_cancel_request`` with
