@@ -85,11 +85,14 @@ COMPARISONS = [
 ]
 BATCHED_BENCH = PEERS / "llama-batched-bench"
 RATE_SEQS = (1, 2, 4)  # sequences per batch in the engine's own rates
-RATE_PP, RATE_TG = 128, 32  # prompt tokens per sequence, then decoded tokens per sequence
+# Prompt tokens per sequence, then decoded tokens per sequence: a shallow context, where both rates
+# are at their best (the floors), and one about as deep as the sessions' turns (their prompts hold
+# 700-1400 tokens), where the decode rates are those the sessions' decode steps can have.
+RATE_PP, RATE_PP_DEEP, RATE_TG = 128, 1024, 32
 
 RATIOS = [  # (summary key, column heading)
     ("wall_s", "total wall"),
-    ("decode_tps", "aggregate decode tok/s"),
+    ("decode_tps", "decoded tok/s over the wall"),
     ("step_tps", "decode tok/s in decode steps"),
     ("turn_latency_s", "median turn latency"),
     ("turn_decode_tps", "median per-turn decode tok/s"),
@@ -153,7 +156,7 @@ def drive(system: System, lanes: list[Lane], max_tokens: int, ignore_eos: bool) 
 
 
 def summarize(wall: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A mode's figures: its wall; decoded tokens over that wall (aggregate); the prompt
+    """A mode's figures: its wall; decoded tokens over that wall; the prompt
     tokens it evaluated; each turn's latency (as its client saw it, waiting included) and
     decode rate after the first token; calls in flight on average (turn time / wall)."""
     n_gen = sum(r["n_gen"] for r in rows)
@@ -198,6 +201,8 @@ def run_mode(mode: str, workload: str, model: Path, rep: int, quick: bool) -> di
         "turns": rows,
         "engine": steps,
         "step_tps": steps["decode_tokens"] / steps["ms_decode_steps"] * 1000 if steps else None,
+        # the share of the wall the evaluator spent in llama_decode: what is left for any scheduler
+        "busy": (steps["ms_decode_steps"] + steps["ms_prompt_batches"]) / 1000 / wall if steps else None,
         **summarize(wall, rows),
     }
 
@@ -229,13 +234,13 @@ def engine_rates(model: Path) -> list[dict[str, Any]]:
     a context laid out as the handle's (n_seq streams of N_CTX), flash attention on as pyshim's
     default: one row per sequence count, as the tool writes it (jsonl)."""
     cmd = [str(BATCHED_BENCH), "-m", str(model), "-c", str(N_CTX * N_SESSIONS), "-b", "512", "-ub", "512"]
-    cmd += ["-t", str(THREADS), "-fa", "on", "-npp", str(RATE_PP), "-ntg", str(RATE_TG)]
+    cmd += ["-t", str(THREADS), "-fa", "on", "-npp", f"{RATE_PP},{RATE_PP_DEEP}", "-ntg", str(RATE_TG)]
     # the first count runs twice and its first, cold, row is dropped: the tool's own warm-up is 16
     # tokens, and its first measurement ran ~8 % below the same one repeated
     cmd += ["-npl", ",".join(map(str, (RATE_SEQS[0], *RATE_SEQS))), "--output-format", "jsonl"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900).stdout
-    rows = {r["pl"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
-    return list(rows.values())  # the last row of each count
+    rows = {(r["pp"], r["pl"]): r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
+    return list(rows.values())  # the last row of each (depth, count)
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -338,7 +343,7 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     out = [
         f"## Per mode (median of {data['reps']} repetitions, min–max)",
         "",
-        "| model | workload | mode | n_seq | turns | total wall s | decoded tokens | aggregate decode tok/s "
+        "| model | workload | mode | n_seq | turns | total wall s | decoded tokens | decoded tok/s over the wall "
         "| prompt tokens evaluated | median turn latency ms | median per-turn decode tok/s "
         "| calls in flight | peak RSS MiB |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -357,56 +362,111 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def rates_by(rows: list[dict[str, Any]], pp: int) -> dict[int, dict[str, Any]]:
+    """llama-batched-bench's rows for one prompt length, by sequences per batch."""
+    return {r["pl"]: r for r in rows if r["pp"] == pp}
+
+
 def rates_table(data: dict[str, Any]) -> list[str]:
-    """The engine's own rates by sequences per batch, and the floor they put under each workload."""
+    """The engine's own rates by depth and sequences per batch."""
     rates = data.get("engine_rates") or {}
     if not rates:
         return []
     out = [
         "## What the engine allows (llama-batched-bench, same run)",
         "",
-        f"llama.cpp's `llama-batched-bench` on each model before the repetitions: {RATE_PP} prompt tokens per "
-        f"sequence in one batch, then {RATE_TG} decode steps of one token per sequence, on a context laid out as "
-        "the handle's (a cache stream per sequence), flash attention on.",
+        "llama.cpp's `llama-batched-bench` on each model before the repetitions: a prompt of "
+        f"{RATE_PP} or {RATE_PP_DEEP} tokens per sequence in one batch, then {RATE_TG} decode steps of one "
+        "token per sequence, on a context laid out as the handle's (a cache stream per sequence), flash "
+        f"attention on. At {RATE_PP_DEEP} the decode steps run about as deep as the sessions' (their prompts "
+        "hold 700–1400 tokens).",
         "",
-        "| model | sequences per batch | prompt tok/s | decode tok/s | decode vs 1 sequence |",
-        "|---|---:|---:|---:|---:|",
+        "| model | prompt tokens per sequence | sequences per batch | prompt tok/s | decode tok/s "
+        "| decode vs 1 sequence |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for m, rows in rates.items():
-        one = next(r["speed_tg"] for r in rows if r["pl"] == 1)
-        for r in rows:
-            out.append(f"| {m} | {r['pl']} | {r['speed_pp']:.1f} | {r['speed_tg']:.1f} | {r['speed_tg'] / one:.2f}× |")
-    out += [
-        "",
-        "**Floor** is the least wall a mode's tokens allow at those rates: one call at a time, its prompt tokens "
-        "at the rate of 1 sequence per batch and its decoded tokens at 1 per step; 4 at once, the prompt tokens at "
-        "the best rate of any sequence count and the decoded tokens at 4 per step (every step full). The rates are "
-        "measured at a shallow depth, where both run fastest, so no scheduler reaches a floor; the quotient of "
-        "the two floors is about the most that running the 4 sessions at once can give over the wall.",
+        for pp in sorted({r["pp"] for r in rows}):
+            by = rates_by(rows, pp)
+            for pl, r in sorted(by.items()):
+                out.append(
+                    f"| {m} | {pp} | {pl} | {r['speed_pp']:.1f} | {r['speed_tg']:.1f} "
+                    f"| {r['speed_tg'] / by[1]['speed_tg']:.2f}× |"
+                )
+    return [*out, "", *floor_table(data), *depth_table(data)]
+
+
+def floor_table(data: dict[str, Any]) -> list[str]:
+    """The least wall the shallow rates allow each workload, one call at a time and 4 at once."""
+    out = [
+        "**Floor** is the least wall a mode's tokens allow at the shallow rates: one call at a time, its prompt "
+        "tokens at the rate of 1 sequence per batch and its decoded tokens at 1 per step; 4 at once, the prompt "
+        "tokens at the best rate of any sequence count and the decoded tokens at 4 per step (every step full). "
+        "Shallow, both rates are at their best, so no scheduler reaches a floor; the quotient of the two floors "
+        "is about the most that running the 4 sessions at once can give over the wall.",
         "",
         "| model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at once "
-        "| most the wall ratio can be | pyshim concurrent / serialized (aggregate decode tok/s) "
+        "| most the wall ratio can be | pyshim concurrent / serialized (decoded tok/s over the wall) "
         "| pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for m, rows in rates.items():
-        pp = max(r["speed_pp"] for r in rows)
-        pp1 = next(r["speed_pp"] for r in rows if r["pl"] == 1)
-        tg = {r["pl"]: r["speed_tg"] for r in rows}
+    for m, rows in data["engine_rates"].items():
+        by = rates_by(rows, RATE_PP)
+        pp = max(r["speed_pp"] for r in by.values())
         for w in data["workloads"]:
             runs = find(data, m, w, "pyshim-concurrent")
             if not runs or runs[0]["n_evaluated"] is None:
                 continue
             n_eval = statistics.median(r["n_evaluated"] for r in runs)
             n_gen = statistics.median(r["n_gen"] for r in runs)
-            one = n_eval / pp1 + n_gen / tg[1]
-            four = n_eval / pp + n_gen / tg[max(tg)]
+            one = n_eval / by[1]["speed_pp"] + n_gen / by[1]["speed_tg"]
+            four = n_eval / pp + n_gen / by[max(by)]["speed_tg"]
             measured = ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized")
             server = find(data, m, w, "llama-server-np4")
             walls = [spread([r["wall_s"] / four for r in rs]) if rs else "n/a" for rs in (runs, server)]
             out.append(
                 f"| {m} | {w} | {n_eval:.0f} | {n_gen:.0f} | {one:.1f} s | {four:.1f} s | {one / four:.2f}× "
                 f"| {ratio_text(measured['decode_tps']) if measured else 'n/a'} | {walls[0]}× | {walls[1]}× |"
+            )
+    return [*out, ""]
+
+
+def depth_table(data: dict[str, Any]) -> list[str]:
+    """pyshim's decode steps against the engine's own at the sessions' depth, and how much of the
+    wall its evaluator spent in llama_decode."""
+    out = [
+        f"**At the sessions' depth.** pyshim's decode-step rates (el_stats `evaluation`) beside "
+        f"llama-batched-bench's with a {RATE_PP_DEEP}-token prompt per sequence; and the share of the wall "
+        "pyshim's evaluator thread spent in llama_decode (prompt batches and decode steps): the rest is all "
+        "that any scheduling of the calls could take back.",
+        "",
+        "| model | workload | decode tok/s, serialized (batched-bench: 1 sequence) | decode tok/s, concurrent "
+        "(batched-bench: 4 sequences) | concurrent / serialized (batched-bench: 4 / 1) "
+        "| prompt s, serialized / concurrent "
+        "| evaluator busy, serialized / concurrent |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for m, rows in data["engine_rates"].items():
+        deep = rates_by(rows, RATE_PP_DEEP)
+        if 1 not in deep or N_SESSIONS not in deep:
+            continue
+        one, four = deep[1]["speed_tg"], deep[N_SESSIONS]["speed_tg"]
+        for w in data["workloads"]:
+            conc, ser = find(data, m, w, "pyshim-concurrent"), find(data, m, w, "pyshim-serialized")
+            if not conc or not ser or not conc[0].get("engine"):
+                continue
+
+            def col(runs: list[dict[str, Any]], key: str) -> str:
+                return spread([r[key] for r in runs if r.get(key) is not None])
+
+            def prompt_s(runs: list[dict[str, Any]]) -> str:
+                return spread([r["engine"]["ms_prompt_batches"] / 1000 for r in runs])
+
+            steps = (ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized") or {}).get("step_tps", [])
+            out.append(
+                f"| {m} | {w} | {col(ser, 'step_tps')} ({one:.1f}) | {col(conc, 'step_tps')} ({four:.1f}) "
+                f"| {ratio_text(steps)} ({four / one:.2f}×) | {prompt_s(ser)} / {prompt_s(conc)} "
+                f"| {col(ser, 'busy')} / {col(conc, 'busy')} |"
             )
     return [*out, ""]
 
@@ -431,13 +491,14 @@ def report(data: dict[str, Any]) -> str:
         "## Reading the results",
         "",
         "- **Total wall** runs from the moment every thread of the mode is released to the end of its last "
-        "turn; **aggregate decode tok/s** is every token decoded in the mode over that wall. The sessions, "
+        "turn; **decoded tok/s over the wall** is every token decoded in the mode over that wall. The sessions, "
         "prompts and greedy sampling are the same in every mode, so the decoded tokens should match "
-        "(compare the column).",
+        "(compare the column), and this figure is the wall inverted.",
         "- **Decode tok/s in decode steps** is pyshim's own count (el_stats `evaluation`): the tokens its decode "
-        "steps evaluated over the time llama_decode took for those steps, prompt chunks excluded. It is the "
-        "throughput of decoding itself, which batching the calls' tokens into one step is for; the wall figures "
-        "also hold the prompts, which a 2-core CPU evaluates at the same rate however they are scheduled.",
+        "steps evaluated over the time llama_decode took for those steps, prompt chunks excluded: the aggregate "
+        "throughput of decoding itself, which batching the calls' tokens into one step is for. The wall figures "
+        "also hold the prompts, which a 2-core CPU evaluates at the same rate however they are batched (prompt "
+        "seconds, serialized / concurrent, in the depth table), so they move less.",
         "- **Turn latency** is a turn's wall as its client saw it: with 4 threads on one handle it includes "
         "waiting for the other sessions' calls. **Per-turn decode tok/s** counts the tokens after the first "
         "over the time after the first, so it is decoding alone (and, concurrently, whatever shares it).",
