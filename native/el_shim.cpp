@@ -16,7 +16,8 @@
 //      delta_stream.cpp; token_choice.cpp picks each next token (the argmax, or
 //      common/sampling's chain) and its logprobs; evaluation.cpp runs every
 //      llama_decode, in turns that scheduler.cpp gives out (with n_seq >= 2 one decode
-//      step carries every running call's next token); with remote devices, rpc.cpp
+//      step carries every running call's next token), on the one thread per process
+//      that compute_lane.cpp keeps for ggml's OpenMP team; with remote devices, rpc.cpp
 //      probes the servers and turns a lost one into a dead handle;
 //   5. result.cpp parses the text back into content, reasoning and tool calls
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),

@@ -21,7 +21,13 @@
 ** handle behaves exactly as if the failed call had never been made.
 **
 ** THREADS. Handles are independent: different handles may be used from
-** different threads at the same time, and their generations run in parallel.
+** different threads at the same time, and their generations proceed together.
+** Their evaluations (each prompt chunk and decode step) take turns on one
+** thread the library keeps per process, so that ggml's OpenMP threads form one
+** team (two teams on the same cores made decode a third slower or more): a
+** prompt chunk of one handle delays the others' next evaluation by its own
+** length (at most n_batch tokens). To compute two models truly at once, on a
+** machine with cores for both, open them in separate processes.
 ** Calls on ONE handle run concurrently up to its number of slots (config
 ** n_seq): with n_seq 1 (the default) they are serialized, and a second thread
 ** calling el_generate on a busy handle waits for the first call to finish.
@@ -31,11 +37,12 @@
 ** timeout_ms. The running calls' decode steps are evaluated together: one
 ** batch holds the next token of every decoding call (continuous batching),
 ** and the prompt of a call that joins is evaluated in n_batch chunks between
-** those steps. Every evaluation of a handle (n_seq 1 too) runs on one thread
-** the handle owns, so the calling threads may differ from call to call at no
-** cost; all else a call does (parsing, routing, turning tokens into text, its
-** stream callbacks) runs on the thread that called it. A handle does not
-** survive fork(): use it in the process that opened it. A call slow
+** those steps. Every evaluation of a handle (n_seq 1 too) is ordered by one
+** thread the handle owns and computed on the process's evaluating thread, so
+** the calling threads may differ from call to call at no cost; all else a call
+** does (parsing, routing, turning tokens into text, its stream callbacks) runs
+** on the thread that called it. A handle does not survive fork(): use it in
+** the process that opened it (a child may open handles of its own). A call slow
 ** to take its next token (a stream callback that blocks) holds the others'
 ** next step up by at most 10 ms, then misses it. Concurrent calls compute what
 ** they would compute alone, up to the rounding of the other batch shape (see

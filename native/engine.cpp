@@ -11,6 +11,7 @@
 #include "engine_call.h"
 
 #include "backend.h"
+#include "compute_lane.h"
 #include "common.h"
 #include "delta_stream.h"
 
@@ -278,7 +279,7 @@ void Engine::probe(const Request & req, const Call & call, CallReport & rep) {
             batch_.seq_id[i][0] = call.cache->seq();
             batch_.logits[i]    = true;
         }
-        if (const int32_t rc = llama_decode(ctx_, batch_); rc != 0) {
+        if (const int32_t rc = on_compute_lane([this] { return llama_decode(ctx_, batch_); }); rc != 0) {
             decode_failed(rc, "probing");
         }
         call.cache->append(req.prompt.data() + from, m);

@@ -7,6 +7,7 @@
 // stop, so one call's cancel or timeout never cuts another call's step; after a fatal
 // status the engine is dead and evaluates nothing again.
 
+#include "compute_lane.h"
 #include "engine.h"
 
 #include <algorithm>
@@ -130,7 +131,7 @@ int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
         std::lock_guard<std::mutex> lock(calls_mu_);
         evaluating_ = calls;
     }
-    const int32_t rc = lost ? -3 : check_remote(llama_decode(ctx_, batch_));
+    const int32_t rc = lost ? -3 : check_remote(on_compute_lane([this] { return llama_decode(ctx_, batch_); }));
     {
         std::lock_guard<std::mutex> lock(calls_mu_);
         evaluating_.clear();

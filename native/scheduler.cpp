@@ -1,6 +1,7 @@
 // scheduler.cpp -- admission and the evaluator thread; see scheduler.h.
 
 #include "scheduler.h"
+#include "compute_lane.h"
 #include "timing.h"
 
 #include <algorithm>
@@ -22,7 +23,10 @@ constexpr auto kPoll = std::chrono::milliseconds(5);
 
 Scheduler::Scheduler(std::mutex & mu, size_t n_slots, size_t max_step, StepFn step)
     : mu_(mu), n_slots_(n_slots), max_step_(std::max<size_t>(1, max_step)), step_fn_(std::move(step)) {
-    evaluator_ = std::thread([this] { loop(); });
+    evaluator_ = std::thread([this] {
+        name_this_thread("el-evaluator");
+        loop();
+    });
 }
 
 Scheduler::~Scheduler() {

@@ -1,10 +1,12 @@
 // scheduler.h -- who runs next on a handle's context: the admission of calls (at most one
-// per slot, in arrival order) and the handle's evaluator thread, which runs every
+// per slot, in arrival order) and the handle's evaluator thread, which orders every
 // evaluation, combining the next token of every decoding call into one batch (continuous
 // batching), with prompt chunks of joining calls evaluated between those steps. One slot
-// or several: ggml computes with OpenMP, whose worker team belongs to the thread that
-// evaluates; two live teams on the same cores (a call from the main thread, the next from
-// another) made decode ~35 % slower on 2 cores, for as long as both threads lived.
+// or several, the calling threads never evaluate: ggml computes with OpenMP, whose worker
+// team belongs to the thread that evaluates, and two live teams on the same cores (a call
+// from the main thread, the next from another) made decode ~35 % slower on 2 cores. The
+// llama_decode itself runs on the process's compute lane (compute_lane.h), so that two
+// handles do not make two teams either.
 // Between, not inside: with a cache stream per slot llama.cpp splits a mixed batch into the
 // same ubatches anyway (split_equal), and one llama_decode would tie a chunk's abort or
 // failure to the other calls' tokens (docs/reuse.md, "Calls at once").
@@ -12,7 +14,7 @@
 // Invariant: everything that touches the context runs under the handle's mutex, and a
 // step's logits are consumed (each participant's next token chosen, by `after`) before that
 // mutex is released, so no later batch overwrites logits a call has not read. One thread
-// runs every llama_decode of a concurrent handle, so ggml's OpenMP team stays warm.
+// orders every llama_decode of a handle, and one thread (the lane) runs them all.
 #pragma once
 
 #include "llama.h"

@@ -3,10 +3,16 @@ closing under a running call is defined, and the next call is always correct."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import SMOL, user
 from oracle import KL_BOUND, divergence
 
@@ -72,11 +78,107 @@ def test_separate_handles_run_in_parallel() -> None:
         outs, stamps = overlapping_runs(a, b)
         assert outs["a"] == outs["b"] and outs["a"]
         # Each handle streamed tokens while the other was still streaming: the two calls
-        # overlap in time. (One lock for all handles would put all of one call's deltas
-        # before the other's, as two calls on one handle do.)
+        # overlap in time, their batches taking turns on the process's compute lane. (One
+        # lock for all handles would put all of one call's deltas before the other's, as two
+        # calls on one handle do.)
         ta, tb = stamps["a"], stamps["b"]
         assert len(ta) > 8 and len(tb) > 8
         assert ta[0] < tb[-1] and tb[0] < ta[-1], f"a {ta[0]:.3f}..{ta[-1]:.3f}, b {tb[0]:.3f}..{tb[-1]:.3f}"
+
+
+# Run in a process of its own: which threads exist is a fact about the whole process.
+# The calls come from a thread named "caller", which an OpenMP team of its own would name
+# its workers after (a new thread inherits its creator's name on Linux).
+ONE_TEAM_SCRIPT = """
+import json, os, sys, threading
+import pyshim
+
+def names():
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return out
+
+def calls():
+    with open("/proc/thread-self/comm", "w") as f:
+        f.write("caller")
+    a = pyshim.Model(sys.argv[1], n_ctx=512, n_threads=2)
+    b = pyshim.Model(sys.argv[1], n_ctx=512, n_threads=2, n_seq=2)
+    for m in (a, b, a, b):
+        m.generate([{"role": "user", "content": "Name a colour."}], max_tokens=4, temperature=0)
+    # the probe test hook evaluates more batches right after the prompt's last one
+    b.generate([{"role": "user", "content": "Name a fruit."}], max_tokens=1, _test={"probe": 8})
+    result["names"] = names()
+    a.close()
+    b.close()
+
+before = names()
+result = {}
+t = threading.Thread(target=calls)
+t.start()
+t.join()
+print(json.dumps({"before": before, "during": result["names"]}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_every_handle_evaluates_on_the_process_compute_lane() -> None:
+    # ggml's OpenMP worker team belongs to the thread that evaluates, and libgomp spins only
+    # 100 times at a barrier once it manages more threads than CPUs: two teams slowed decode
+    # by a third or more (native/compute_lane.h). Every llama_decode of every handle runs on
+    # the lane, so the process holds one team: the lane and its n_threads - 1 workers.
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_TEAM_SCRIPT, str(models.path(SMOL))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    seen = json.loads(out.stdout.splitlines()[-1])
+    new = Counter(seen["during"]) - Counter(seen["before"])
+    assert new == Counter({"el-compute": 2, "el-evaluator": 2, "caller": 1}), new
+
+
+FORK_SCRIPT = """
+import os, sys, time
+import pyshim
+
+def one_call(path):
+    with pyshim.Model(path, n_ctx=512, n_threads=2) as m:
+        return m.generate([{"role": "user", "content": "Name a colour."}], max_tokens=2, temperature=0)["content"]
+
+one_call(sys.argv[1])  # the parent's compute lane now has its thread
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if one_call(sys.argv[1]) else 1)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("hung")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
+def test_a_child_of_fork_opens_and_uses_a_handle_of_its_own() -> None:
+    # The child has no copy of the parent's compute lane thread: a lane kept from the parent
+    # would take the child's evaluations and never run them.
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", FORK_SCRIPT, str(models.path(SMOL))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert out.stdout.splitlines()[-1] == "exit 0", out.stdout + out.stderr
 
 
 def test_cancel_from_another_thread_returns_promptly(smol: pyshim.Model) -> None:
