@@ -1,13 +1,12 @@
 // compute_lane.cpp -- the process's evaluating thread; see compute_lane.h.
 
 #include "compute_lane.h"
+#include "job.h"
 
 #include <pthread.h>
-#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -30,19 +29,10 @@ class Lane {
         jobs_.push_back(&job);
         work_.notify_one();
         done_.wait(lock, [&] { return job.done; });
-        if (job.error) {
-            std::rethrow_exception(job.error);
-        }
-        return job.rc;
+        return job.outcome();
     }
 
   private:
-    struct Job {
-        const std::function<int32_t()> * fn;
-        int32_t                          rc   = 0;
-        bool                             done = false;
-        std::exception_ptr               error;
-    };
 
     void loop() {
         on_lane = true;
@@ -53,11 +43,7 @@ class Lane {
             Job * job = jobs_.front();
             jobs_.pop_front();
             lock.unlock();
-            try {
-                job->rc = (*job->fn)();
-            } catch (...) {
-                job->error = std::current_exception();
-            }
+            job->run();
             lock.lock();
             job->done = true;
             done_.notify_all();

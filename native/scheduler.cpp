@@ -68,10 +68,7 @@ int32_t Scheduler::solo(std::unique_lock<std::mutex> & lock, const std::function
     jobs_.push_back(&job);
     cv_.notify_all();
     cv_.wait(lock, [&] { return job.done; });
-    if (job.error) {
-        std::rethrow_exception(job.error);
-    }
-    return job.rc;
+    return job.outcome();
 }
 
 void Scheduler::enter_decode() { decoding_++; }
@@ -113,11 +110,7 @@ void Scheduler::loop() {
         } else if (!jobs_.empty()) {
             Job * job = jobs_.front();
             jobs_.pop_front();
-            try {
-                job->rc = (*job->fn)();
-            } catch (...) {
-                job->error = std::current_exception();
-            }
+            job->run();
             job->done = true;
             cv_.notify_all();
         } else if (!pending_.empty()) {

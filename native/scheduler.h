@@ -17,6 +17,7 @@
 // orders every llama_decode of a handle, and one thread (the lane) runs them all.
 #pragma once
 
+#include "job.h"
 #include "llama.h"
 
 #include <chrono>
@@ -73,12 +74,6 @@ class Scheduler {
     void notify() { cv_.notify_all(); }
 
   private:
-    struct Job {
-        const std::function<int32_t()> * fn;
-        int32_t                          rc   = 0;
-        bool                             done = false;
-        std::exception_ptr               error;
-    };
     void loop();
     bool step_ready() const;
     void run_step();
