@@ -33,7 +33,6 @@ class Lane {
     }
 
   private:
-
     void loop() {
         on_lane = true;
         name_this_thread("el-compute");
