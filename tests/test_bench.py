@@ -139,10 +139,10 @@ def test_concurrent_benchmark_harness_smoke() -> None:
 def test_decode_bench_measures_every_mode() -> None:
     """bench.decode's pyshim side, one repetition on the smallest model, and its report (the tg128
     figure given here is only what the report divides by; make bench-decode measures it)."""
-    from bench.decode import MODES, measure, report
+    from bench.decode import MODES, TWO_HANDLES, measure, report
 
     res = measure(SMOL, 1)
-    assert set(res["rates"]) == set(MODES) and all(r[0] > 0 for r in res["rates"].values())
+    assert set(res["rates"]) == {*MODES, TWO_HANDLES} and all(r[0] > 0 for r in res["rates"].values())
     res["tg128"] = {"mean": 100.0, "range": [99.0, 101.0]}
     text = report({"command": "python -m bench.decode", "machine": "here", "reps": 1, "models": {SMOL: res}})
-    assert text.count("| pyshim, ") == len(MODES) and "llama-bench tg128" in text
+    assert text.count("| pyshim, ") == len(MODES) + 1 and "llama-bench tg128" in text
