@@ -17,6 +17,7 @@ exactly there, and the concatenated deltas always equal the final result.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -35,6 +36,17 @@ POLL_S = 0.05
 _jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
 _idle = 0
 _idle_lock = threading.Lock()
+
+
+def _forget_workers() -> None:
+    """In a child of fork() only the forking thread exists: the parent's idle workers are not
+    there to take a job, and the lock may have been held by one of them."""
+    global _jobs, _idle, _idle_lock
+    _jobs, _idle, _idle_lock = queue.SimpleQueue(), 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _run_on_worker(job: Callable[[], None]) -> None:

@@ -20,6 +20,9 @@ CHILD = f"MODES = {MODES!r}\n" + textwrap.dedent(
     """
     import os, signal, sys, time
     import pyshim
+    # Python's own SIGINT handler, whatever this process inherited: a shell that starts a job in
+    # the background without job control (CI scripts) makes it start with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     m = pyshim.Model(sys.argv[1], n_ctx=8192, temperature=0)
     long = dict(max_tokens=6000, ignore_eos=True)
     ask = [{"role": "user", "content": "Tell me a very long story."}]

@@ -147,10 +147,13 @@ import os, sys, time
 import pyshim
 
 def one_call(path):
+    ask = [{"role": "user", "content": "Name a colour."}]
     with pyshim.Model(path, n_ctx=512, n_threads=2) as m:
-        return m.generate([{"role": "user", "content": "Name a colour."}], max_tokens=2, temperature=0)["content"]
+        text = m.generate(ask, max_tokens=2, temperature=0)["content"]
+        streamed = "".join(d.get("content") or "" for d in m.stream(ask, max_tokens=2, temperature=0))
+        return text and streamed == text
 
-one_call(sys.argv[1])  # the parent's compute lane now has its thread
+one_call(sys.argv[1])  # the parent's compute lane and the binding's stream worker now have threads
 pid = os.fork()
 if pid == 0:
     os._exit(0 if one_call(sys.argv[1]) else 1)
@@ -169,8 +172,9 @@ else:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
 def test_a_child_of_fork_opens_and_uses_a_handle_of_its_own() -> None:
-    # The child has no copy of the parent's compute lane thread: a lane kept from the parent
-    # would take the child's evaluations and never run them.
+    # The child has no copy of the parent's threads: a compute lane kept from the parent would
+    # take the child's evaluations and never run them, and an idle stream worker kept from it
+    # (pyshim/_call.py) the child's stream.
     out = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", FORK_SCRIPT, str(models.path(SMOL))],
         capture_output=True,
