@@ -36,6 +36,7 @@ take, serialized and at 4 at once: the most that batching the calls can give on 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import statistics
@@ -230,9 +231,10 @@ def modes_to_run(args: argparse.Namespace) -> list[str]:
 
 
 def engine_rates(model: Path) -> list[dict[str, Any]]:
-    """llama-batched-bench's prompt and decode tok/s with 1, 2 and 4 sequences per batch, on
-    a context laid out as the handle's (n_seq streams of N_CTX), flash attention on as pyshim's
-    default: one row per sequence count, as the tool writes it (jsonl)."""
+    """llama-batched-bench's prompt and decode tok/s with 1, 2 and 4 sequences per batch, at a
+    shallow and a deep prompt, on a context laid out as the handle's (n_seq streams of N_CTX),
+    flash attention on as pyshim's default: one row per (prompt length, sequence count), as the
+    tool writes it (jsonl)."""
     cmd = [str(BATCHED_BENCH), "-m", str(model), "-c", str(N_CTX * N_SESSIONS), "-b", "512", "-ub", "512"]
     cmd += ["-t", str(THREADS), "-fa", "on", "-npp", f"{RATE_PP},{RATE_PP_DEEP}", "-ntg", str(RATE_TG)]
     # the first count runs twice and its first, cold, row is dropped: the tool's own warm-up is 16
@@ -339,6 +341,11 @@ def ratio_table(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def column(runs: list[dict[str, Any]], key: str, scale: float = 1) -> str:
+    """A figure's spread over the repetitions that have it."""
+    return spread([scale * r[key] for r in runs if r.get(key) is not None])
+
+
 def mode_table(data: dict[str, Any]) -> list[str]:
     out = [
         f"## Per mode (median of {data['reps']} repetitions, min–max)",
@@ -350,10 +357,7 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     ]
     for m, w, mode in ((m, w, mode) for m in data["models"] for w in data["workloads"] for mode in data["modes"]):
         if runs := find(data, m, w, mode):
-
-            def col(key: str, scale: float = 1, runs: list[dict[str, Any]] = runs) -> str:
-                return spread([scale * r[key] for r in runs if r[key] is not None])
-
+            col = functools.partial(column, runs)
             out.append(
                 f"| {m} | {w} | {mode} | {runs[0]['n_seq']} | {runs[0]['n_turns']} | {col('wall_s')} | {col('n_gen')} "
                 f"| {col('decode_tps')} | {col('n_evaluated')} | {col('turn_latency_s', 1000)} "
@@ -455,18 +459,12 @@ def depth_table(data: dict[str, Any]) -> list[str]:
             conc, ser = find(data, m, w, "pyshim-concurrent"), find(data, m, w, "pyshim-serialized")
             if not conc or not ser or not conc[0].get("engine"):
                 continue
-
-            def col(runs: list[dict[str, Any]], key: str) -> str:
-                return spread([r[key] for r in runs if r.get(key) is not None])
-
-            def prompt_s(runs: list[dict[str, Any]]) -> str:
-                return spread([r["engine"]["ms_prompt_batches"] / 1000 for r in runs])
-
+            prompt_s = [spread([r["engine"]["ms_prompt_batches"] / 1000 for r in rs]) for rs in (ser, conc)]
             steps = (ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized") or {}).get("step_tps", [])
             out.append(
-                f"| {m} | {w} | {col(ser, 'step_tps')} ({one:.1f}) | {col(conc, 'step_tps')} ({four:.1f}) "
-                f"| {ratio_text(steps)} ({four / one:.2f}×) | {prompt_s(ser)} / {prompt_s(conc)} "
-                f"| {col(ser, 'busy')} / {col(conc, 'busy')} |"
+                f"| {m} | {w} | {column(ser, 'step_tps')} ({one:.1f}) | {column(conc, 'step_tps')} ({four:.1f}) "
+                f"| {ratio_text(steps)} ({four / one:.2f}×) | {prompt_s[0]} / {prompt_s[1]} "
+                f"| {column(ser, 'busy')} / {column(conc, 'busy')} |"
             )
     return [*out, ""]
 
