@@ -32,7 +32,6 @@ __all__ = ["usable", "watching"]
 
 _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (read end, write end), opened once per process
-_pid = 0  # the process that opened it: a fork's child opens its own
 _call: tuple[Any, bytes] | None = None  # the (handle, request_id) the watcher stops on SIGINT
 _forward = -1  # the wakeup fd set before this call's, which gets every byte too
 
@@ -68,14 +67,26 @@ def watching(handle: Any, request_id: bytes) -> Iterator[bool]:
 
 def _watcher() -> int:
     """The pipe's write end, with its reading thread started (once per process)."""
-    global _pipe, _pid
+    global _pipe
     with _lock:
-        if _pipe is None or _pid != os.getpid():
+        if _pipe is None:
             read_end, write_end = os.pipe()
             os.set_blocking(write_end, False)  # the C handler must never block
-            _pipe, _pid = (read_end, write_end), os.getpid()
+            _pipe = (read_end, write_end)
             threading.Thread(target=_watch, args=(read_end,), name="pyshim-sigint", daemon=True).start()
         return _pipe[1]
+
+
+def _forget_watcher() -> None:
+    """In a child of fork() the parent's watcher thread is not there (and the lock may have
+    been held by a thread that is gone): the child's first watched call starts its own, as
+    ``_call.py`` does for its workers."""
+    global _pipe, _lock
+    _pipe, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watcher)
 
 
 def _watch(read_end: int) -> None:

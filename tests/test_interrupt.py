@@ -83,3 +83,38 @@ def test_sigint_stops_a_long_generation_quickly_and_the_model_stays_usable() -> 
             child.wait()
     print("SIGINT to stop, per mode (s):", [round(d, 3) for d in delays])
     assert max(delays) < MAX_DELAY_S, delays
+
+
+FORKED = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    import pyshim
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pyshim.Model(sys.argv[1], n_ctx=4096, temperature=0) as m:
+        m.generate([{"role": "user", "content": "Say OK."}], max_tokens=2)  # the parent's watcher runs
+    pid = os.fork()
+    if pid == 0:
+        child = pyshim.Model(sys.argv[1], n_ctx=4096, temperature=0)
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            ask = [{"role": "user", "content": "Tell me a very long story."}]
+            child.generate(ask, max_tokens=6000, ignore_eos=True)
+            os._exit(1)
+        except KeyboardInterrupt:
+            os._exit(0 if time.monotonic() - t0 < 1.0 + MAX_DELAY_S else 2)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_sigint_stops_a_call_in_a_child_of_fork() -> None:
+    # The parent's watcher thread is not in the child: the child's first watched call starts
+    # its own (pyshim/_sigint.py), or Ctrl-C there would wait for the whole generation.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = f"MAX_DELAY_S = {MAX_DELAY_S}\n" + FORKED
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script, SMOL], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.stdout.strip().splitlines()[-1:] == ["child 0"], out.stdout + out.stderr
