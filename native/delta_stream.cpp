@@ -99,10 +99,11 @@ void DeltaStream::assign_ids(common_chat_msg & msg) {
     }
 }
 
-void DeltaStream::progress(size_t processed, size_t total) {
-    if (cb_ != nullptr) {
-        cb_(dump(json{{"prompt_progress", {{"processed", processed}, {"total", total}}}}).c_str(), user_data_);
+bool DeltaStream::progress(size_t processed, size_t total) {
+    if (cb_ == nullptr) {
+        return true;
     }
+    return cb_(dump(json{{"prompt_progress", {{"processed", processed}, {"total", total}}}}).c_str(), user_data_) == 0;
 }
 
 }  // namespace el

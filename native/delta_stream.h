@@ -48,9 +48,9 @@ class DeltaStream {
     void assign_ids(common_chat_msg & msg);
 
     // {"prompt_progress": {"processed", "total"}}: prompt tokens evaluated so far
-    // (not counting those reused from the cache). The return value is ignored:
-    // stopping mid-prompt is what el_cancel is for.
-    void progress(size_t processed, size_t total);
+    // (not counting those reused from the cache). Returns false when the callback asked to
+    // stop, as update() does: the call then ends "cancelled" before its next prompt chunk.
+    bool progress(size_t processed, size_t total);
 
   private:
     el_stream_cb    cb_;

@@ -43,6 +43,10 @@
 #include <thread>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <pthread.h>
 
 using el::Engine;
 using el::json;
@@ -78,10 +82,50 @@ std::unordered_map<uintptr_t, std::shared_ptr<Engine>> g_registry;
 uintptr_t g_next_handle = 0x1000;  // never reused, never a real address we own
 thread_local std::string t_last_error = "{}";
 
-std::shared_ptr<Engine> lookup(el_handle * h) {
+// Handles this process inherited through fork(): their engines' threads (the evaluator, the
+// RPC watchdog) exist only in the parent, so nothing of them may run, wait or be freed here.
+// Both are created in the child and never destroyed, so no destructor at exit reaches them.
+std::unordered_set<uintptr_t> *        g_inherited = nullptr;
+std::vector<std::shared_ptr<Engine>> * g_orphans   = nullptr;
+
+const char * const kClosed    = "invalid or closed handle";
+const char * const kInherited = "this handle was opened by the parent process before fork(); a handle does not "
+                                "survive fork(): open a new one in this process";
+
+// fork() while another thread holds the registry would leave the child a registry in an
+// unknown state: the fork waits for it, and the child takes every handle out of it.
+void registry_before_fork() { g_registry_mu.lock(); }
+void registry_after_fork_in_parent() { g_registry_mu.unlock(); }
+void registry_after_fork_in_child() {
+    if (g_inherited == nullptr) {
+        g_inherited = new std::unordered_set<uintptr_t>();
+        g_orphans   = new std::vector<std::shared_ptr<Engine>>();
+    }
+    for (auto & [id, engine] : g_registry) {
+        g_inherited->insert(id);
+        g_orphans->push_back(std::move(engine));
+    }
+    g_registry.clear();
+    g_registry_mu.unlock();  // locked by this thread, the one fork() left
+}
+[[maybe_unused]] const bool g_fork_handlers =
+    pthread_atfork(registry_before_fork, registry_after_fork_in_parent, registry_after_fork_in_child) == 0;
+
+// Why a handle that is not in the registry cannot be used. Under g_registry_mu.
+const char * unusable(el_handle * h) {
+    return g_inherited != nullptr && g_inherited->count(reinterpret_cast<uintptr_t>(h)) ? kInherited : kClosed;
+}
+
+std::shared_ptr<Engine> lookup(el_handle * h, const char ** why = nullptr) {
     std::lock_guard<std::mutex> lock(g_registry_mu);
     auto it = g_registry.find(reinterpret_cast<uintptr_t>(h));
-    return it == g_registry.end() ? nullptr : it->second;
+    if (it == g_registry.end()) {
+        if (why != nullptr) {
+            *why = unusable(h);
+        }
+        return nullptr;
+    }
+    return it->second;
 }
 
 // The one place where exceptions stop: everything below the C ABI may throw.
@@ -127,9 +171,10 @@ char * generate_on(el_handle * handle, const char * messages_json, const char * 
         // The reference keeps the engine alive through the call (el_close waits for it).
         // The cancel epoch is read before the call waits for its turn: an el_cancel that
         // comes while this call waits (or runs) stops it, whatever the timing.
-        const std::shared_ptr<Engine> e = lookup(handle);
+        const char *                  why = kClosed;
+        const std::shared_ptr<Engine> e   = lookup(handle, &why);
         if (!e || e->closing) {
-            return error_json("invalid or closed handle");
+            return error_json(why);
         }
         return e->run(messages_json, tools_json, options_json, callback, user_data, e->cancel_epoch.load());
     });
@@ -226,7 +271,8 @@ EL_API char * el_stats(el_handle * handle) {
     return guarded([&]() -> std::string {
         Locked l = lock_engine(handle);
         if (!l.engine) {
-            return error_json("invalid or closed handle");
+            std::lock_guard<std::mutex> lock(g_registry_mu);
+            return error_json(unusable(handle));
         }
         if (!l.engine->dead_reason().empty()) {
             return error_json(l.engine->dead_reason());
@@ -242,7 +288,9 @@ EL_API int el_close(el_handle * handle) {
             std::lock_guard<std::mutex> lock(g_registry_mu);
             auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
             if (it == g_registry.end()) {
-                return -1;
+                // inherited through fork(): forgotten here, never freed (its threads are
+                // the parent's), so closing it neither blocks nor touches the parent's state
+                return g_inherited != nullptr && g_inherited->erase(reinterpret_cast<uintptr_t>(handle)) ? 0 : -1;
             }
             e = std::move(it->second);
             g_registry.erase(it);

@@ -17,8 +17,16 @@
 ** for el_open, NULL plus el_last_error()). Malformed JSON, wrong types, unknown
 ** roles, prompts longer than the context, bad sampling values, NULL or closed
 ** handles: all are reported this way. No C++ exception and no abort escapes
-** the library for any input, and after an error the next call on the same
-** handle behaves exactly as if the failed call had never been made.
+** the library for any input. JSON nested deeper than 512 levels of arrays and
+** objects (in messages, tools, options, the config, or the JSON text of a
+** tool call's "arguments") is refused with an error naming where, before it
+** is parsed. A call refused before it was given a slot (bad input, a prompt
+** longer than the context, a template that fails) leaves the handle as it
+** found it: the next call computes and reports exactly what it would have
+** without it (its messages and prompt are not kept for reuse, nor do they push
+** anyone else's out). A call that fails after it was given a slot clears that
+** slot (see A FAILED CALL); the messages and prompt it brought stay in the
+** request caches, which change only speed and the *_reused counters.
 **
 ** THREADS. Handles are independent: different handles may be used from
 ** different threads at the same time, and their generations proceed together.
@@ -32,19 +40,40 @@
 ** n_seq): with n_seq 1 (the default) they are serialized, and a second thread
 ** calling el_generate on a busy handle waits for the first call to finish.
 ** With n_seq >= 2, up to n_seq calls run at once, each in its own slot (routed
-** as SLOTS says; a call whose session's slot serves another call waits for
-** it); further callers wait in arrival order, each bounded by its own
-** timeout_ms. The running calls' decode steps are evaluated together: one
+** as SLOTS says). A call waits for a turn only while it cannot start: every
+** slot serves a call, or the one slot its session is pinned to does; of the
+** calls that wait, the oldest one that could start goes first, so a call that
+** waits for its own session's slot never delays another session's call. Every
+** wait is bounded by the call's own timeout_ms and by el_cancel.
+** The running calls' decode steps are evaluated together: one
 ** batch holds the next token of every decoding call (continuous batching),
 ** and the prompt of a call that joins is evaluated in n_batch chunks between
 ** those steps. Every evaluation of a handle (n_seq 1 too) is ordered by one
 ** thread the handle owns and computed on the process's evaluating thread, so
 ** the calling threads may differ from call to call at no cost; all else a call
-** does (parsing, routing, turning tokens into text, its stream callbacks) runs
-** on the thread that called it. A handle does not survive fork(): use it in
-** the process that opened it (a child may open handles of its own). A call slow
-** to take its next token (a stream callback that blocks) holds the others'
-** next step up by at most 10 ms, then misses it. Concurrent calls compute what
+** does (reading its JSON, rendering and tokenizing its prompt, turning tokens
+** into text, its stream callbacks) runs on the thread that called it.
+** WHAT ONE CALL MAY DO TO ANOTHER on the same handle, and no more:
+**   - its prompt chunks (at most n_batch tokens each) and its token in each
+**     decode step cost the others the time they take to compute;
+**   - its preparation (reading, rendering, tokenizing its request) never holds
+**     the handle: running calls' steps go on meanwhile. Preparations take turns
+**     with each other (they share the request caches), so a huge request delays
+**     the start of a call that arrives behind it by its own preparation time;
+**     one whose prompt cannot fit the context is refused before tokenizing;
+**   - its stream callbacks, progress deltas included, run without the handle's
+**     lock: a callback that blocks holds up its own call alone, except that the
+**     next decode step waits up to 10 ms once for its token; a call that missed
+**     a step is not waited for again until it submits its next token;
+**   - as it ends, it frees its slot for the calls that wait;
+**   - what it leaves in the caches can change the others' n_reused, restored_from_host
+**     and *_reused counters and timings (see SESSIONS AND ISOLATION), never
+**     what they compute.
+** A handle does not survive fork(): a child that inherited one gets the error
+** "...opened by the parent process before fork()..." from every call on it,
+** el_close releases it at once without freeing anything (its threads exist only
+** in the parent), and the child exits without waiting for it; a child may open
+** handles of its own. Concurrent calls compute what
 ** they would compute alone, up to the rounding of the other batch shape (see
 ** CACHE; bit for bit with "deterministic"). Errors stay per call: a failed
 ** call clears only its own slot; a fatal backend error fails every call in
@@ -89,13 +118,24 @@
 ** SESSIONS AND ISOLATION. Cached state belongs to the session that wrote it
 ** (option "session"; calls that name none share one pool, the session ""). A
 ** call never reuses, trims or restores another session's state, so neither its
-** output nor its n_reused depends on another session's prompts: a slot pinned
-** to a session serves only that session, calls without a session are routed by
-** prefix among unpinned slots only, and a slot taken from another owner (when
-** every slot is busy) has its conversation saved to host memory under that
-** owner and its cache cleared first. Calls without a session may reuse each
-** other's prefixes: that pool is the shared scope, so callers that must not see
-** each other (the users of a server) each name a session.
+** output nor what it reuses ever comes from another session's prompts: a slot
+** pinned to a session serves only that session, calls without a session are
+** routed by prefix among unpinned slots only, and a slot taken from another
+** owner (when every slot is busy) has its conversation saved to host memory
+** under that owner and its cache cleared first. Calls without a session may
+** reuse each other's prefixes: that pool is the shared scope, so callers that
+** must not see each other (the users of a server) each name a session.
+** Cache PRESSURE is shared, content is not. The slots, the state_cache_mib
+** host-memory budget, the request caches (the last 8 prompts' tokens, 8 MiB of
+** read messages, 4 MiB of template values) and the chat template's loop memo
+** (process-wide, keyed by what an iteration reads) are bounded, and every
+** session's calls fill them. So another session's traffic can change how much
+** of a session's own earlier state is still there: its n_reused and
+** restored_from_host (its conversation may have been evicted from its slot or
+** pushed out of host memory), its n_tokenize_reused, n_messages_reused and
+** n_render_reused, and its timings. It never changes what the call computes:
+** content, tool calls, finish reason and logprobs are those of a fresh handle,
+** up to the rounding of the batch shape (bit for bit with "deterministic").
 **
 ** DEVICE LOSS. When the backend fails fatally (llama_decode reports a
 ** compute failure, as when a GPU is lost), the call returns an error and the
@@ -111,7 +151,10 @@
 ** or write its memory. Run it only on a trusted network, bound to an address
 ** of that network (never 0.0.0.0 on a machine with a public interface).
 ** A server that dies, or stalls past rpc_timeout_ms, or does not answer 2 s
-** after a call's timeout_ms or el_cancel, fails that call with an error
+** after every call whose tokens the stalled evaluation holds reached its
+** timeout_ms or was cancelled (one call's timeout never cuts an evaluation
+** that another call in it still waits for: that one waits for rpc_timeout_ms),
+** fails those calls with an error
 ** naming it and the handle goes dead as on DEVICE LOSS (el_close then frees
 ** everything, since a lost server leaves nothing local in doubt); the
 ** process is never aborted. A new handle works once the server is back.
@@ -131,8 +174,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 6
-#define EL_ABI_VERSION "1.6"
+#define EL_ABI_VERSION_MINOR 7
+#define EL_ABI_VERSION "1.7"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -428,8 +471,11 @@ EL_API int el_cancel_request(el_handle *handle, const char *request_id);
 /*
 ** el_reset: drop everything cached for this handle (KV cache, checkpoints,
 ** host-memory state cache, session pins),
-** so that nothing of one conversation can influence the next. Waits for a
-** call in progress. Returns 0, or -1 for an invalid or closed handle.
+** so that nothing of one conversation can influence the next. It does not
+** wait for calls in progress: they finish as they would, and the slot each
+** runs on is cleared as it ends, so no call that begins after el_reset
+** returns sees anything cached before. Returns 0, or -1 for an invalid or
+** closed handle.
 */
 EL_API int el_reset(el_handle *handle);
 
@@ -440,7 +486,8 @@ EL_API int el_reset(el_handle *handle);
 ** template's values of every session's messages go too (they are rebuilt on
 ** each session's next call).
 ** session "" is the pool of calls that name no session: every unpinned slot and
-** their host-memory copies. Waits for a call in progress. Returns 0, or -1 for
+** their host-memory copies. Like el_reset it does not wait for calls in
+** progress (a slot in use is cleared as its call ends). Returns 0, or -1 for
 ** an invalid, closed or dead handle.
 */
 EL_API int el_forget(el_handle *handle, const char *session);
@@ -465,6 +512,8 @@ EL_API char *el_stats(el_handle *handle);
 /*
 ** el_close: cancel any call in progress, wait for it, free the handle.
 ** Returns 0, or -1 if the handle was invalid or already closed (no crash).
+** A handle inherited through fork() is released without waiting or freeing
+** (see THREADS) and returns 0.
 */
 EL_API int el_close(el_handle *handle);
 

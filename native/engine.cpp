@@ -14,6 +14,7 @@
 #include "compute_lane.h"
 #include "common.h"
 #include "delta_stream.h"
+#include "unlocked.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,22 +26,6 @@
 
 namespace el {
 
-namespace {
-
-// The handle's mutex released for a while (for work on the call's own state, and for the
-// stream callback); taken again on every way out, exceptions included.
-class Unlocked {
-  public:
-    explicit Unlocked(std::unique_lock<std::mutex> & lock) : lock_(lock) { lock_.unlock(); }
-    ~Unlocked() { lock_.lock(); }
-    Unlocked(const Unlocked &) = delete;
-    Unlocked & operator=(const Unlocked &) = delete;
-
-  private:
-    std::unique_lock<std::mutex> & lock_;
-};
-
-}  // namespace
 
 // Thread-safe: ids are made on the calls' own threads, also while others decode.
 std::string Engine::new_call_id() {
@@ -58,23 +43,22 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     Prepared p;
     p.t0         = steady::now();
     p.call.epoch = epoch;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        check_open();
+    }
+    // Without the handle's mutex: running calls' decode steps go on while this call reads,
+    // renders and tokenizes its request, however large it is.
+    prepare(p, messages_json, tools_json, options_json);
     std::unique_lock<std::mutex> lock(mu);
-    if (closing) {
-        throw std::runtime_error("invalid or closed handle");
-    }
-    if (!dead_reason_.empty()) {
-        throw std::runtime_error(dead_reason_);
-    }
+    check_open();
     struct Tracked {
         Engine & e;
-        Call *   call = nullptr;
-        ~Tracked() {
-            if (call != nullptr) {
-                e.track(call, false);
-            }
-        }
-    } tracked{*this};
-    if (std::string early = begin(p, lock, messages_json, tools_json, options_json, tracked.call); !early.empty()) {
+        Call *   call;
+        ~Tracked() { e.track(call, false); }
+    } tracked{*this, &p.call};
+    track(&p.call, true);
+    if (std::string early = admit(p, lock); !early.empty()) {
         return early;
     }
     DeltaStream stream(callback, user_data, p.req.recover, [] { return new_call_id(); });
@@ -126,18 +110,24 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     return dump(result_json(out, p.rep, p.req.top_logprobs >= 0));
 }
 
-// Parse the request and set up its sampler, then wait for a turn on the handle. Returns
-// the whole result when the call ends here: a prepare_only test call, or one cancelled
-// (or timed out) while it waited; empty once the call was admitted.
-std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
-                          const char * tools_json, const char * options_json, Call *& tracked) {
+void Engine::check_open() const {
+    if (closing) {
+        throw std::runtime_error("invalid or closed handle");
+    }
+    if (!dead_reason_.empty()) {
+        throw std::runtime_error(dead_reason_);
+    }
+}
+
+// Parse the request and set up its sampler, under prep_mu_ only (the caches of the request
+// path are the handle's; nothing here touches the context or the slots).
+void Engine::prepare(Prepared & p, const char * messages_json, const char * tools_json, const char * options_json) {
+    std::lock_guard<std::mutex> lock(prep_mu_);
     p.req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
                                     *tokens_, messages_, message_values_},
                           messages_json, tools_json, options_json);
     p.call.device_lost = p.req.device_lost;
     p.call.request_id  = p.req.request_id;
-    track(&p.call, true);
-    tracked = &p.call;
 #ifdef EL_TEST_HOOKS
     if (p.req.leak_bytes > 0) {
         // a steady per-call leak, touched so that it is resident: what the soak must catch
@@ -167,8 +157,16 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     rep.n_render_reused   = p.req.n_render_reused;
     rep.n_messages_reused = p.req.n_messages_reused;
     rep.n_prompt          = p.req.prompt.size();
+}
+
+// Wait for a turn on the handle: a slot this call can take (Scheduler::admit), in arrival
+// order among the calls that can start. Returns the whole result when the call ends here: a
+// prepare_only test call, or one cancelled (or timed out) while it waited; empty once the
+// call was admitted.
+std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
+    CallReport & rep = p.rep;
     if (!p.req.prepare_only && !should_stop(p.call)) {
-        if (sched_->admit(lock, [&] { return should_stop(p.call); })) {
+        if (sched_->admit(lock, [&] { return should_stop(p.call); }, [&] { return slots_->can_pick(p.req.session); })) {
             return "";
         }
         if (closing) {
@@ -187,8 +185,9 @@ std::string Engine::begin(Prepared & p, std::unique_lock<std::mutex> & lock, con
     return dump(out);
 }
 
-// Give the call its slot (Slots::pick). A session's slot serves one call at a time: a
-// second call of the same session waits for it. False if the call stopped first.
+// Give the call its slot (Slots::pick). Admission let the call in only once its slot was
+// free, under the same hold of the mutex, so the loop below waits only if that ever broke.
+// False if the call stopped first.
 bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
     for (;;) {
         const size_t slot = slots_->pick(p.req.session, p.req.prompt, p.rep.restored_from_host);
@@ -345,9 +344,9 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
     const size_t    n_prompt = req.prompt.size();
     const size_t    n_reused = p.rep.n_reused;
     // Long prompts report their evaluation, batch by batch, to a streaming caller.
-    std::function<void(size_t)> progress;
+    std::function<bool(size_t)> progress;
     if (streaming && n_prompt - n_reused > (size_t) cfg_.n_batch) {
-        progress = [&](size_t done) { stream.progress(done - n_reused, n_prompt - n_reused); };
+        progress = [&](size_t done) { return stream.progress(done - n_reused, n_prompt - n_reused); };
     }
     const std::function<void()> first = [&] { first_token(p); };
     const auto t0 = steady::now();
@@ -404,11 +403,12 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
         p.call.cache->append(&d.tok, 1);  // only an evaluated token enters the cache and the mirror
         choose_next(p, row);
     };
-    sched_->enter_decode();
+    sched_->enter_decode(d);
     struct Leave {
-        Scheduler & sched;
-        ~Leave() { sched.leave_decode(); }
-    } leave{*sched_};
+        Scheduler &               sched;
+        Scheduler::Participant & d;
+        ~Leave() { sched.leave_decode(d); }
+    } leave{*sched_, d};
     while (p.rep.finish_reason.empty()) {
         if (should_stop(p.call)) {
             p.rep.finish_reason = "cancelled";

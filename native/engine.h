@@ -1,8 +1,10 @@
 // engine.h -- the engine behind one handle: the model, its context and chat templates,
 // the conversation slots, and the steps of one generate call.
 //
-// Invariant: whatever touches the context, the slots or the caches runs under `mu`; calls
-// run concurrently, one per slot (scheduler.h), and a call touches only its own slot; from
+// Invariant: whatever touches the context or the slots runs under `mu`, and the request
+// path's caches (messages, tokens, template values, grammars) under `prep_mu_`, which no call
+// holds while it waits for `mu`; calls run concurrently, one per slot (scheduler.h), and a
+// call touches only its own slot; from
 // the moment a call touches its slot's cache until it completes, a CacheGuard clears that
 // slot on any way out that leaves the cache and its mirror out of step; after a fatal
 // backend error the engine is dead and runs nothing again.
@@ -66,6 +68,7 @@ class Engine {
     // goes too: its messages and prompts, and the shared template values (every session's,
     // rebuilt on their next call: the store cannot tell them apart).
     void forget(const char * session) {
+        std::lock_guard<std::mutex> lock(prep_mu_);
         slots_->forget(session);
         messages_.forget(session);
         tokens_->forget(session);
@@ -78,6 +81,10 @@ class Engine {
     const std::string & dead_reason() const { return dead_reason_; }
 
     std::mutex           mu;              // the context lock (see the invariant)
+    // The request path's caches (tokens_, messages_, message_values_, grammars_): one call's
+    // preparation at a time, never under mu, so that preparing a call never holds up the
+    // running calls' decode steps. Taken after mu where both are held (forget).
+    std::mutex           prep_mu_;
     // el_cancel bumps cancel_epoch; a call stops once it differs from the epoch it read
     // when it began (before waiting for mu), so a cancel is never lost to timing. It stops
     // every call in flight on the handle.
@@ -113,8 +120,9 @@ class Engine {
     static std::string new_call_id();
 
     // The steps of run(), in order.
-    std::string begin(Prepared & p, std::unique_lock<std::mutex> & lock, const char * messages_json,
-                      const char * tools_json, const char * options_json, Call *& tracked);
+    void        check_open() const;  // throws when closing or dead; under mu
+    void        prepare(Prepared & p, const char * messages_json, const char * tools_json, const char * options_json);
+    std::string admit(Prepared & p, std::unique_lock<std::mutex> & lock);
     bool        route(Prepared & p, std::unique_lock<std::mutex> & lock);
     void        reuse(Prepared & p, std::unique_lock<std::mutex> & lock);
     void        prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming);
@@ -131,11 +139,12 @@ class Engine {
     [[noreturn]] void decode_failed(int32_t rc, const char * where);
     int32_t check_remote(int32_t rc);
     int32_t evaluate(Call & call, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & toks,
-                     size_t from, size_t to, bool logits_last, const std::function<void(size_t)> & progress = nullptr,
+                     size_t from, size_t to, bool logits_last, const std::function<bool(size_t)> & progress = nullptr,
                      const std::function<void()> & on_done = nullptr);
     int32_t run_batch(const std::vector<const Call *> & calls);
     int32_t run_step(const std::vector<Scheduler::Participant *> & batch);
     void    track(Call * call, bool in);
+    bool    evaluation_should_stop();
 
     // The token after an evaluation, and its logprobs (token_choice.cpp).
     void        first_token(Prepared & p);
@@ -161,8 +170,9 @@ class Engine {
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot
     llama_batch               batch_{};          // n_batch tokens, reused by every evaluation
-    // The calls in flight (for the RPC watchdog) and those whose tokens the running
-    // llama_decode evaluates (for its abort callback); both read from other threads.
+    // The calls in flight (for el_cancel_request) and those whose tokens the running
+    // llama_decode evaluates (for its abort callback and the RPC watchdog); both read from
+    // other threads.
     std::mutex                calls_mu_;
     std::vector<Call *>       in_flight_;
     std::vector<const Call *> evaluating_;

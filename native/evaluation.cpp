@@ -9,6 +9,7 @@
 
 #include "compute_lane.h"
 #include "engine.h"
+#include "unlocked.h"
 
 #include <algorithm>
 #include <chrono>
@@ -90,35 +91,27 @@ void Engine::cancel_request(const std::string & request_id) {
     }
 }
 
-// A call enters or leaves the handle (in: once its request is parsed). While any call is
-// in flight, the RPC watchdog cuts a stalled connection once every call in flight should
-// stop. Under mu.
+// A call enters or leaves the handle (in: once its request is prepared), for
+// el_cancel_request; an id cancelled before the call began stops it at once.
 void Engine::track(Call * call, bool in) {
-    size_t n = 0;
-    {
-        std::lock_guard<std::mutex> lock(calls_mu_);
-        if (in) {
-            if (!call->request_id.empty() &&
-                std::find(cancelled_ids_.begin(), cancelled_ids_.end(), call->request_id) != cancelled_ids_.end()) {
-                call->cancelled = true;
-            }
-            in_flight_.push_back(call);
-        } else {
-            in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), call));
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    if (in) {
+        if (!call->request_id.empty() &&
+            std::find(cancelled_ids_.begin(), cancelled_ids_.end(), call->request_id) != cancelled_ids_.end()) {
+            call->cancelled = true;
         }
-        n = in_flight_.size();
+        in_flight_.push_back(call);
+    } else {
+        in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), call));
     }
-    if (!rpc_.active()) {
-        return;
-    }
-    if (in && n == 1) {
-        rpc_.begin_call([this] {
-            std::lock_guard<std::mutex> lock(calls_mu_);
-            return all_stop(in_flight_);
-        });
-    } else if (!in && n == 0) {
-        rpc_.end_call();
-    }
+}
+
+// The RPC watchdog's stop condition, registered once for the handle's life (opening.cpp): a
+// remote evaluation is running and every call whose tokens it holds should stop. Calls that
+// are not in it (waiting, turning text) neither hold the watchdog back nor are cut by it.
+bool Engine::evaluation_should_stop() {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    return !evaluating_.empty() && all_stop(evaluating_);
 }
 
 // llama_decode on batch_, whose tokens belong to `calls` (for the abort callback).
@@ -140,11 +133,13 @@ int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
 }
 
 // Evaluate tokens [from, to) of `toks` on top of the call's cache, one n_batch chunk per
-// turn of the scheduler. Returns llama_decode's status (0 = ok). Only successfully
-// evaluated batches reach the mirror. `on_done` runs right after the last chunk, before
-// any other batch could overwrite its logits.
+// turn of the scheduler. Returns llama_decode's status (0 = ok; 2 when `progress` asked to
+// stop). Only successfully evaluated batches reach the mirror. `on_done` runs right after
+// the last chunk, before any other batch could overwrite its logits. `progress` runs the
+// caller's stream callback, so it runs without the handle's mutex: a callback that blocks
+// holds up its own call alone.
 int32_t Engine::evaluate(Call & call, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & toks,
-                         size_t from, size_t to, bool logits_last, const std::function<void(size_t)> & progress,
+                         size_t from, size_t to, bool logits_last, const std::function<bool(size_t)> & progress,
                          const std::function<void()> & on_done) {
     while (from < to) {
         const size_t n = std::min<size_t>(to - from, (size_t) cfg_.n_batch);
@@ -176,7 +171,10 @@ int32_t Engine::evaluate(Call & call, std::unique_lock<std::mutex> & lock, const
         }
         from += n;
         if (progress) {
-            progress(from);
+            Unlocked unlocked(lock);
+            if (!progress(from)) {
+                return 2;
+            }
         }
     }
     return 0;

@@ -10,10 +10,29 @@ void fail(const std::string & msg) { throw UserError(msg); }
 
 std::string dump(const json & j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+void check_depth(std::string_view s, const std::string & what) {
+    size_t depth = 0;
+    for (size_t i = 0; i < s.size(); i++) {
+        const char c = s[i];
+        if (c == '"') {
+            for (i++; i < s.size() && s[i] != '"'; i++) {
+                i += s[i] == '\\' ? 1 : 0;
+            }
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxJsonDepth) {
+                fail(what + " nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+            }
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+}
+
 json parse_json_arg(const char * text, const char * what) {
     if (text == nullptr) {
         fail(std::string(what) + " is NULL");
     }
+    check_depth(text, what);
     try {
         return json::parse(text);
     } catch (const json::exception & e) {

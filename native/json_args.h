@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace el {
 
@@ -28,6 +29,17 @@ struct UserError : std::runtime_error {
 // Model output is arbitrary bytes: a token can end inside a UTF-8 sequence,
 // and a tiny model can emit invalid ones. Replace rather than throw.
 std::string dump(const json & j);
+
+// How deeply arrays and objects may nest in any JSON the library reads: the caller's
+// messages, tools, options and config, and the JSON text of tool-call arguments. nlohmann's
+// parser does not recurse, but copying, serialising and the chat template's conversions do,
+// and ~60,000 levels overflowed the calling thread's stack. 512 leaves every real document
+// room and keeps the deepest walk far inside a 512 KiB stack.
+constexpr size_t kMaxJsonDepth = 512;
+
+// Throws UserError naming `what` when `text` nests deeper than kMaxJsonDepth (strings are
+// skipped; the text need not be valid JSON: the parser says what else is wrong).
+void check_depth(std::string_view text, const std::string & what);
 
 // Parse one JSON argument of the ABI; `what` names it in the error.
 json parse_json_arg(const char * text, const char * what);

@@ -2,6 +2,8 @@
 
 #include "message_cache.h"
 
+#include "json_args.h"
+
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -44,9 +46,10 @@ size_t string_end(std::string_view s, size_t at) {
 }
 
 // Where the object that opens at s[at] ('{') ends (one past its '}'), following strings and
-// nested brackets only; npos if the text ends first.
+// nested brackets only; npos if the text ends first, or if it nests deeper than any JSON the
+// library reads (the whole read then words the error).
 size_t object_end(std::string_view s, size_t at) {
-    size_t depth = 0;
+    size_t depth = 1;  // the array around it
     for (; at < s.size(); at++) {
         const char c = s[at];
         if (c == '"') {
@@ -55,9 +58,11 @@ size_t object_end(std::string_view s, size_t at) {
                 return at;
             }
         } else if (c == '{' || c == '[') {
-            depth++;
+            if (++depth > kMaxJsonDepth) {
+                return std::string_view::npos;
+            }
         } else if (c == '}' || c == ']') {
-            if (--depth == 0) {
+            if (--depth == 1) {
                 return at + 1;
             }
         }
@@ -139,7 +144,6 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
     }
     out.resize(elements.size());  // a conversation shorter than the spare: its leftover goes
     last_ = std::move(taken);
-    evict();
     return out;
 }
 
@@ -164,6 +168,7 @@ const MessageCache::Entry & MessageCache::take(std::string_view text, size_t ind
     lru_.push_front(std::move(e));
     index_.emplace(std::string_view(lru_.front().key), lru_.begin());
     bytes_ += lru_.front().key.size();
+    created_.push_back(lru_.begin());
     return lru_.front();
 }
 
@@ -204,6 +209,20 @@ void MessageCache::evict() {
     }
 }
 
+void MessageCache::commit() {
+    created_.clear();
+    committed_last_ = last_;
+    evict();
+}
+
+void MessageCache::rollback() {
+    for (Lru::iterator it : created_) {
+        drop(it);
+    }
+    created_.clear();
+    last_ = committed_last_;  // nothing was evicted since: these entries are all still there
+}
+
 void MessageCache::drop(Lru::iterator it) {
     bytes_ -= it->key.size();
     index_.erase(std::string_view(it->key));
@@ -212,6 +231,8 @@ void MessageCache::drop(Lru::iterator it) {
 
 void MessageCache::forget(const char * session) {
     last_.clear();  // the by_position hook's view of the last read may point into what goes
+    committed_last_.clear();
+    created_.clear();  // forget runs between calls: nothing is pending
     spares_.remove_if([session](const Spare & s) { return session == nullptr || s.session == session; });
     // the length before the ':' holds only digits, so this prefix starts no other session's key
     const std::string prefix = session == nullptr ? "" : std::to_string(std::strlen(session)) + ':' + session;

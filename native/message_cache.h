@@ -58,6 +58,14 @@ class MessageCache {
     // (~0.15 ms at ~4k tokens). Kept for the few sessions that gave back last.
     void give_back(const std::string & session, std::vector<common_chat_msg> && msgs, std::vector<uint64_t> && ids);
 
+    // The entries reads made since the last commit() or rollback() are pending: later reads
+    // take them, but only commit() lets them push older entries out of the bounds, and
+    // rollback() drops them (and puts back the by_position hook's view of the last read), so a
+    // request that is refused after its messages were read leaves the cache as it found it
+    // but for the recency of the entries it took.
+    void commit();
+    void rollback();
+
     // Drops what `session` read (every session's when null).
     void forget(const char * session);
 
@@ -91,6 +99,8 @@ class MessageCache {
     Lru                                               lru_;
     std::unordered_map<std::string_view, Lru::iterator> index_;  // keys view their entry's key
     std::vector<Lru::iterator>                        last_;     // the previous read's elements
+    std::vector<Lru::iterator>                        committed_last_;  // last_ as of the last commit
+    std::vector<Lru::iterator>                        created_;  // entries made since the last commit
     std::list<Spare>                                  spares_;   // most recently given back first
     size_t                                            bytes_ = 0;
     std::string                                       key_;      // the key being looked up

@@ -45,11 +45,16 @@ void check_message(const json & m, size_t i) {
         if (role != "assistant" || !calls->is_array()) {
             fail(where + ".tool_calls must be an array on an assistant message");
         }
-        for (const json & c : *calls) {
+        for (size_t j = 0; j < calls->size(); j++) {
+            const json & c = (*calls)[j];
             if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
                 !c["function"].contains("name") || !c["function"]["name"].is_string() ||
                 !c["function"].contains("arguments")) {
                 fail(where + ".tool_calls entries must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+            }
+            if (c["function"]["arguments"].is_string()) {  // JSON text the template reads as JSON
+                check_depth(c["function"]["arguments"].get_ref<const std::string &>(),
+                            where + ".tool_calls[" + std::to_string(j) + "].function.arguments");
             }
         }
     } else if (content == nullptr) {

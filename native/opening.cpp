@@ -18,6 +18,9 @@
 namespace el {
 
 Engine::~Engine() {
+    if (rpc_.active()) {
+        rpc_.end_call();  // the watchdog reads calls_mu_ and evaluating_, which go first
+    }
     sched_.reset();  // joins the evaluator thread before anything it used goes
     if (!dead_reason_.empty() && !dead_free_ok_) {
         // Freeing the context and model would call into the failed backend. Release
@@ -80,6 +83,10 @@ void Engine::open(const char * config_json) {
     // Every evaluation runs on the handle's evaluator thread, with one slot too (scheduler.h).
     sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch,
                                          [this](const std::vector<Scheduler::Participant *> & b) { return run_step(b); });
+    if (rpc_.active()) {
+        // Registered once, not per call: a call's registration could race another's end.
+        rpc_.begin_call([this] { return evaluation_should_stop(); });
+    }
 }
 
 // Load the weights: on the CPU, or split over the remote (RPC) devices and local GPUs

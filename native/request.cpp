@@ -81,6 +81,9 @@ Inputs read_inputs(MessageCache & cache, const char * messages_json, const char 
     Inputs in;
     // parsed first for the session and the test hook; what is wrong with them is reported
     // after the messages and the tools, as always
+    if (options_json != nullptr) {
+        check_depth(options_json, "options");
+    }
     json opt = options_json == nullptr ? json::object() : json::parse(options_json, nullptr, false);
     in.messages_text = messages_json;
     const json * session = opt.is_object() ? find(opt, "session") : nullptr;  // checked later
@@ -561,6 +564,19 @@ json prepared_json(const Request & r) {
 
 Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
                       const char * options_json) {
+    // What this request adds to the handle's message and token caches stays only if the
+    // request is accepted: a refused one (too long, bad options, a template error) leaves
+    // them as they were, so the next call counts what it would have counted without it.
+    struct Pending {
+        const ModelView & m;
+        bool              accepted = false;
+        ~Pending() {
+            if (!accepted) {
+                m.messages.rollback();
+                m.tokens.rollback();
+            }
+        }
+    } pending{m};
     Request r;
     Inputs inputs = read_inputs(m.messages, messages_json, tools_json, options_json);
     // renders run on this thread: what its loop memo counts meanwhile is this call's
@@ -590,6 +606,12 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     // Forced calls are written as JSON by construction; recovery is how they are read.
     r.recover = forced || (r.recover && tools_active);
 
+    // A prompt that cannot fit is refused before it is tokenized (a multi-megabyte request
+    // would take a core for seconds): the same error, with the bound instead of the count.
+    if (const size_t at_least = m.tokens.min_tokens(r.chat.prompt); at_least >= (size_t) m.n_ctx) {
+        fail("prompt is at least " + std::to_string(at_least) + " tokens; the context holds " + std::to_string(m.n_ctx) +
+             " (raise n_ctx in the config or shorten the conversation)");
+    }
     r.prompt = tokens_of(m, r.chat.prompt, r);
     if (r.prompt.empty()) {
         fail("the rendered prompt is empty");
@@ -602,6 +624,9 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
     r.n_render_reused = jinja::loop_memo_thread_stats().hits - memo_hits;
+    pending.accepted = true;
+    m.messages.commit();
+    m.tokens.commit();
     // unaltered (common/ reads its inputs as const): the session's next read keeps what it repeats
     m.messages.give_back(r.session, std::move(in.messages), std::move(in.message_ids));
     return r;

@@ -116,8 +116,9 @@ void RpcLink::end_call() {
     cv_.notify_all();
 }
 
-// Poll the running call's stop condition (cancel or timeout_ms) every 100 ms. The engine
-// honours it between decode steps; a call still running kGraceMs after it turned true is
+// Poll the stop condition (the engine's: a remote evaluation runs and every call in it was
+// cancelled or timed out) every 100 ms. The engine honours a stop between evaluations; an
+// evaluation still running kGraceMs after its condition turned true, and all along since, is
 // blocked on a server that does not answer, and only failing the connection frees it.
 void RpcLink::watch() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -134,7 +135,9 @@ void RpcLink::watch() {
             cv_.wait(lock);
             continue;
         }
-        if (!fired && stop_()) {
+        if (!fired && !stop_()) {
+            since = {};  // the evaluation it watched ended, or one that goes on began
+        } else if (!fired) {
             if (since == steady::time_point{}) {
                 since = steady::now();
             } else if (steady::now() - since >= std::chrono::milliseconds(kGraceMs)) {

@@ -52,9 +52,9 @@ class RpcLink {
     // Whether the watchdog cut the connections (the call outlived its timeout or cancel).
     bool interrupted() const { return interrupted_.load(); }
 
-    // While a call runs: once stop() has been true for kGraceMs and the call is still
-    // blocked (on a server that does not answer), fail every connection of the handle so
-    // that the call returns. Pair with end_call().
+    // Watch `stop` until end_call(): once it has been true for kGraceMs on end (an
+    // evaluation blocked on a server that does not answer), fail every connection of the
+    // handle so that the evaluation returns. The engine registers it once per handle.
     void begin_call(std::function<bool()> stop);
     void end_call();
 
@@ -76,26 +76,6 @@ class RpcLink {
     bool                    quit_ = false;
     std::atomic<bool>       interrupted_{false};
     std::thread             watchdog_;
-};
-
-// RAII: begin_call on construction, end_call on every way out.
-class RpcCallGuard {
-  public:
-    RpcCallGuard(RpcLink & link, std::function<bool()> stop) : link_(link) {
-        if (link_.active()) {
-            link_.begin_call(std::move(stop));
-        }
-    }
-    ~RpcCallGuard() {
-        if (link_.active()) {
-            link_.end_call();
-        }
-    }
-    RpcCallGuard(const RpcCallGuard &) = delete;
-    RpcCallGuard & operator=(const RpcCallGuard &) = delete;
-
-  private:
-    RpcLink & link_;
 };
 
 // The local GPUs in llama.cpp's default order (integrated ones only if there is no other).

@@ -38,24 +38,37 @@ Scheduler::~Scheduler() {
     evaluator_.join();
 }
 
-bool Scheduler::admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop) {
+bool Scheduler::admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop,
+                      const std::function<bool()> & can_start) {
     const void * me = &lock;  // any address unique to this waiting call
-    arrivals_.push_back(me);
+    arrivals_.push_back(Arrival{me, &can_start});
+    auto leave_queue = [&] {
+        arrivals_.erase(std::find_if(arrivals_.begin(), arrivals_.end(), [&](const Arrival & a) { return a.id == me; }));
+        cv_.notify_all();
+    };
     for (;;) {
         if (stop()) {  // also when its turn came: a call cancelled while it waited never starts
-            arrivals_.erase(std::find(arrivals_.begin(), arrivals_.end(), me));
-            cv_.notify_all();
+            leave_queue();
             return false;
         }
-        if (arrivals_.front() == me && running_ < n_slots_) {
+        if (running_ < n_slots_ && first_startable() == me) {
             break;
         }
         cv_.wait_for(lock, kPoll);
     }
-    arrivals_.pop_front();
+    leave_queue();
     running_++;
-    cv_.notify_all();
     return true;
+}
+
+// The oldest waiting call that could start now, were a slot's worth of room free.
+const void * Scheduler::first_startable() const {
+    for (const Arrival & a : arrivals_) {
+        if ((*a.can_start)()) {
+            return a.id;
+        }
+    }
+    return nullptr;
 }
 
 void Scheduler::leave() {
@@ -71,16 +84,22 @@ int32_t Scheduler::solo(std::unique_lock<std::mutex> & lock, const std::function
     return job.outcome();
 }
 
-void Scheduler::enter_decode() { decoding_++; }
+void Scheduler::enter_decode(Participant & p) {
+    p.late   = false;
+    p.queued = false;
+    decoders_.push_back(&p);
+}
 
-void Scheduler::leave_decode() {
-    decoding_--;
+void Scheduler::leave_decode(Participant & p) {
+    decoders_.erase(std::find(decoders_.begin(), decoders_.end(), &p));
     cv_.notify_all();  // a step may have been waiting for this call's token
 }
 
 void Scheduler::step(std::unique_lock<std::mutex> & lock, Participant & p) {
-    p.done  = false;
-    p.error = nullptr;
+    p.done   = false;
+    p.error  = nullptr;
+    p.queued = true;
+    p.late   = false;
     if (pending_.empty()) {
         first_pending_ = steady::now();
     }
@@ -94,10 +113,14 @@ void Scheduler::step(std::unique_lock<std::mutex> & lock, Participant & p) {
 
 void Scheduler::wait_a_little(std::unique_lock<std::mutex> & lock) { cv_.wait_for(lock, kPoll); }
 
-// A step runs once every decoding call has submitted its token, or when the grace period
-// of the oldest token ran out.
+// A step runs once every decoding call that is not late has submitted its token, or when
+// the grace period of the oldest token ran out.
 bool Scheduler::step_ready() const {
-    return !pending_.empty() && (pending_.size() >= decoding_ || steady::now() >= first_pending_ + kStepGrace);
+    if (pending_.empty()) {
+        return false;
+    }
+    const size_t on_time = (size_t) std::count_if(decoders_.begin(), decoders_.end(), [](const Participant * d) { return !d->late; });
+    return pending_.size() >= on_time || steady::now() >= first_pending_ + kStepGrace;
 }
 
 // Steps and prompt chunks alternate: right after a step no token is pending yet, so a
@@ -128,6 +151,14 @@ void Scheduler::run_step() {
     std::vector<Participant *> batch(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
     pending_.erase(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
     first_pending_ = steady::now();
+    for (Participant * d : decoders_) {
+        // a call that has not submitted its token by now missed this step (its stream
+        // callback blocks, say): the next steps do not wait for it until it submits again
+        d->late = !d->queued;
+    }
+    for (Participant * p : batch) {
+        p->queued = false;
+    }
     std::sort(batch.begin(), batch.end(), [](const Participant * a, const Participant * b) { return a->seq < b->seq; });
     for (Participant * p : batch) {
         p->step_size = batch.size();

@@ -14,7 +14,11 @@
 // Invariant: everything that touches the context runs under the handle's mutex, and a
 // step's logits are consumed (each participant's next token chosen, by `after`) before that
 // mutex is released, so no later batch overwrites logits a call has not read. One thread
-// orders every llama_decode of a handle, and one thread (the lane) runs them all.
+// orders every llama_decode of a handle, and one thread (the lane) runs them all. No call
+// holds up another beyond what it computes: admission passes over a call that cannot start
+// yet (its session's slot serves another call) to the next one that can, and a step waits
+// for a decoding call's token at most kStepGrace once: a call that missed a step is not
+// waited for again until it submits its next token.
 #pragma once
 
 #include "job.h"
@@ -44,6 +48,8 @@ class Scheduler {
         int32_t                         rc   = 0;  // llama_decode's status for the step
         size_t                          step_size = 0;  // calls whose tokens the step evaluated
         bool                            done = false;
+        bool                            queued = false;  // its token waits for a step
+        bool                            late   = false;  // missed the last step: not waited for
         std::exception_ptr              error;    // thrown by `after`, rethrown on the call's thread
     };
     // Evaluates one batch of one token per participant and calls each one's `after`.
@@ -55,9 +61,13 @@ class Scheduler {
     Scheduler(const Scheduler &) = delete;
     Scheduler & operator=(const Scheduler &) = delete;
 
-    // Wait until this call may start: at most n_slots calls run, admitted in arrival order.
-    // False if `stop` turned true first. `lock` holds the handle's mutex on entry and exit.
-    bool admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop);
+    // Wait until this call may start: at most n_slots calls run, and of the calls waiting,
+    // the oldest one whose `can_start` is true (its slot is free) goes first; a call that
+    // cannot start never keeps a later one waiting. False if `stop` turned true first. `lock`
+    // holds the handle's mutex on entry and exit, and is not released between a true
+    // `can_start` and the return.
+    bool admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop,
+               const std::function<bool()> & can_start);
     void leave();  // a call admitted by admit() ended (mutex held)
 
     // Run one evaluation (a prompt chunk) on the evaluator; returns fn's status.
@@ -65,8 +75,8 @@ class Scheduler {
 
     // Decoding calls: between enter_decode and leave_decode a call takes part in every
     // step it submits a token to; step() returns once that token was evaluated.
-    void enter_decode();
-    void leave_decode();
+    void enter_decode(Participant & p);
+    void leave_decode(Participant & p);
     void step(std::unique_lock<std::mutex> & lock, Participant & p);
 
     // Wait a little for any change (a slot freed, a call ended), or notify of one.
@@ -74,18 +84,24 @@ class Scheduler {
     void notify() { cv_.notify_all(); }
 
   private:
+    struct Arrival {
+        const void *                  id;
+        const std::function<bool()> * can_start;
+    };
+
     void loop();
     bool step_ready() const;
     void run_step();
+    const void * first_startable() const;
 
     std::mutex &                  mu_;
     std::condition_variable       cv_;
     const size_t                  n_slots_;
     const size_t                  max_step_;
     StepFn                        step_fn_;
-    std::deque<const void *>      arrivals_;     // calls waiting for admission, oldest first
+    std::deque<Arrival>           arrivals_;     // calls waiting for admission, oldest first
     size_t                        running_  = 0;  // admitted calls
-    size_t                        decoding_ = 0;  // calls between enter_decode and leave_decode
+    std::vector<Participant *>    decoders_;      // calls between enter_decode and leave_decode
     std::vector<Participant *>    pending_;       // tokens submitted for the next step
     std::chrono::steady_clock::time_point first_pending_{};
     std::deque<Job *>             jobs_;          // prompt chunks waiting for the evaluator

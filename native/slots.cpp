@@ -40,6 +40,18 @@ size_t Slots::pick(const std::string & session, const std::vector<llama_token> &
     return chosen;
 }
 
+bool Slots::can_pick(const std::string & session) const {
+    if (session.empty()) {
+        return true;
+    }
+    for (const Slot & slot : slots_) {
+        if (slot.session == session && slot.busy) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // Among the slots of the session-less pool only (a pinned slot holds another owner's
 // state, which must not be reused, trimmed or even measured against this prompt), the
 // one sharing the longest prefix, counting only slots the prompt shares at least half

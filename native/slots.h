@@ -46,6 +46,10 @@ class Slots {
     // fewer calls running than there are slots, so a free slot always exists otherwise.
     size_t pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host);
 
+    // Whether pick() would give this session a slot now (rather than kBusy), given that
+    // fewer calls run than there are slots: false only while its pinned slot is busy.
+    bool can_pick(const std::string & session) const;
+
     // The call on `slot` ended: on failure (its slot's cache was cleared), the host-memory
     // copy it restored is put back and the slot is unpinned, so that the conversation is
     // restored again by its next call; on success that copy is dropped. The slot is free.

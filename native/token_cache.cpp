@@ -6,6 +6,7 @@
 #include "timing.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace el {
@@ -50,6 +51,24 @@ TokenCache::TokenCache(const llama_vocab * vocab) : vocab_(vocab) {
     }
     // An EOS appended by the tokenizer would sit in the middle of a reused prefix.
     enabled_ = !llama_vocab_get_add_eos(vocab);
+    const enum llama_vocab_type type = llama_vocab_type(vocab);
+    if (type == LLAMA_VOCAB_TYPE_BPE || type == LLAMA_VOCAB_TYPE_SPM) {
+        char buf[512];
+        for (llama_token id = 0; id < n; id++) {
+            const int32_t len = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, /*special=*/true);
+            max_piece_len_    = std::max(max_piece_len_, (size_t) std::abs(len));
+        }
+    }
+}
+
+size_t TokenCache::min_tokens(const std::string & text) const {
+    if (max_piece_len_ == 0) {
+        return 0;
+    }
+    const size_t spelled = (size_t) std::count_if(text.begin(), text.end(), [](char c) {
+        return !(c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r');
+    });
+    return (spelled + max_piece_len_ - 1) / max_piece_len_;
 }
 
 void TokenCache::find_cuts(Entry & e, size_t from_byte, size_t from_token) const {
@@ -74,28 +93,30 @@ void TokenCache::find_cuts(Entry & e, size_t from_byte, size_t from_token) const
 
 std::vector<llama_token> TokenCache::tokenize(const std::string & session, const std::string & text, Stats * stats,
                                               bool ignore_edits) {
-    const auto t0   = steady::now();
-    auto       best = recent_.end();
-    size_t     same = 0;  // bytes `text` shares with the best entry
-    for (auto it = recent_.begin(); it != recent_.end() && enabled_; ++it) {
-        if (it->session != session) {
-            continue;
-        }
-        const size_t n = std::min(it->text.size(), text.size());
-        if (ignore_edits) {  // the fault the differential test must catch: the last prompt, unchecked
-            best = it;
-            same = n;
-            break;
-        }
-        const size_t d = same_bytes(text.data(), it->text.data(), n);
-        if (best == recent_.end() || d > same) {
-            best = it;
-            same = d;
+    const auto    t0   = steady::now();
+    const Entry * best = nullptr;
+    size_t        same = 0;  // bytes `text` shares with the best entry
+    for (const std::deque<Entry> * list : {&pending_, &recent_}) {
+        for (auto it = list->begin(); it != list->end() && enabled_ && !(ignore_edits && best); ++it) {
+            if (it->session != session) {
+                continue;
+            }
+            const size_t n = std::min(it->text.size(), text.size());
+            if (ignore_edits) {  // the fault the differential test must catch: the last prompt, unchecked
+                best = &*it;
+                same = n;
+                break;
+            }
+            const size_t d = same_bytes(text.data(), it->text.data(), n);
+            if (best == nullptr || d > same) {
+                best = &*it;
+                same = d;
+            }
         }
     }
     Entry  e{session, text, {}, {}};
     size_t reused = 0;
-    if (best != recent_.end() && same == text.size() && same == best->text.size() && !ignore_edits) {
+    if (best != nullptr && same == text.size() && same == best->text.size() && !ignore_edits) {
         e.tokens = best->tokens;  // the very same prompt
         e.cuts   = best->cuts;
         reused   = e.tokens.size();
@@ -103,7 +124,7 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
         // The last cut that every tokenizer decision before it reads from the shared bytes.
         const size_t limit = same >= max_special_len_ ? same - max_special_len_ : 0;
         size_t       k     = 0;
-        if (best != recent_.end()) {
+        if (best != nullptr) {
             auto past = std::upper_bound(best->cuts.begin(), best->cuts.end(), std::make_pair(limit, SIZE_MAX));
             k         = (size_t) (past - best->cuts.begin());
         }
@@ -120,14 +141,8 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
             find_cuts(e, 0, 0);
         }
     }
-    if (best != recent_.end() && same == best->text.size()) {
-        recent_.erase(best);  // this prompt extends it: keep the longer one only
-    }
     std::vector<llama_token> out = e.tokens;
-    recent_.push_front(std::move(e));
-    if (recent_.size() > kKeep) {
-        recent_.pop_back();
-    }
+    pending_.push_front(std::move(e));
     if (stats != nullptr) {
         stats->n_reused += reused;
         stats->ms_tokenize += ms_since(t0);
@@ -135,11 +150,29 @@ std::vector<llama_token> TokenCache::tokenize(const std::string & session, const
     return out;
 }
 
+void TokenCache::commit() {
+    while (!pending_.empty()) {
+        Entry e = std::move(pending_.back());  // oldest first, so the newest ends up in front
+        pending_.pop_back();
+        for (auto it = recent_.begin(); it != recent_.end();) {
+            // a kept prompt that this one extends: keep the longer one only
+            const bool extended = it->session == e.session && it->text.size() <= e.text.size() &&
+                                  e.text.compare(0, it->text.size(), it->text) == 0;
+            it = extended ? recent_.erase(it) : std::next(it);
+        }
+        recent_.push_front(std::move(e));
+        if (recent_.size() > kKeep) {
+            recent_.pop_back();
+        }
+    }
+}
+
 size_t TokenCache::tokens_before(const std::string & session, const std::string & text, size_t byte) const {
-    if (recent_.empty() || recent_.front().session != session || recent_.front().text != text) {
+    const std::deque<Entry> & list = pending_.empty() ? recent_ : pending_;
+    if (list.empty() || list.front().session != session || list.front().text != text) {
         return SIZE_MAX;
     }
-    const Entry & e    = recent_.front();
+    const Entry & e    = list.front();
     const auto    past = std::upper_bound(e.cuts.begin(), e.cuts.end(), std::make_pair(byte, SIZE_MAX));
     if (past == e.cuts.begin()) {
         return SIZE_MAX;
@@ -163,6 +196,7 @@ size_t TokenCache::tokens_before(const std::string & session, const std::string 
 }
 
 void TokenCache::forget(const char * session) {
+    pending_.clear();
     for (auto it = recent_.begin(); it != recent_.end();) {
         it = session == nullptr || it->session == session ? recent_.erase(it) : std::next(it);
     }

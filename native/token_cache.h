@@ -14,7 +14,7 @@
 // before the cut reads identical bytes in both texts; cuts are taken only after special
 // tokens that do not strip the whitespace to their right, and only where every token
 // before them was seen to spell the text byte for byte. Entries are kept per session:
-// a call never gains (or loses time) from another session's prompts.
+// a call never gains from another session's prompts (though they share the kKeep places).
 #pragma once
 
 #include "llama.h"
@@ -52,8 +52,21 @@ class TokenCache {
     // spell the text, or more than a few hundred tokens between the cut and `byte`.
     size_t tokens_before(const std::string & session, const std::string & text, size_t byte) const;
 
+    // The prompts tokenized since the last commit() or rollback() are pending: later calls of
+    // tokenize() and tokens_before() use them, but they enter the kept prompts, and push the
+    // oldest ones out, only at commit(). rollback() drops them, so a request that is refused
+    // after it was tokenized leaves the cache as it found it.
+    void commit();
+    void rollback() { pending_.clear(); }
+
     // Drops the prompts of `session` (every session's when null).
     void forget(const char * session);
+
+    // A number of tokens that tokenizing `text` cannot go below, found without tokenizing:
+    // every byte that is not whitespace is spelled by a token, and no token spells more than
+    // the longest piece in the vocabulary (whitespace is left out: a special token may strip
+    // it). 0 for vocabularies whose tokenizer may rewrite the text first (WPM, UGM, RWKV).
+    size_t min_tokens(const std::string & text) const;
 
   private:
     struct Entry {
@@ -72,8 +85,10 @@ class TokenCache {
 
     const llama_vocab * vocab_;
     size_t              max_special_len_ = 0;  // bytes of the longest special token
+    size_t              max_piece_len_   = 0;  // bytes of the longest piece (0: no bound known)
     bool                enabled_         = true;
     std::deque<Entry>   recent_;              // most recently used first
+    std::deque<Entry>   pending_;             // since the last commit, newest first
 };
 
 }  // namespace el

@@ -45,9 +45,10 @@ class Overloaded(ShimError):
 class Call:
     """One generation's place in a gate: queued, then on the handle, then done."""
 
-    def __init__(self) -> None:
+    def __init__(self, session: str | None = None) -> None:
         self.cancelled = threading.Event()
         self.request_id = uuid.uuid4().hex  # el_cancel_request stops this call alone
+        self.session = session or None  # its calls take turns on the session's one slot
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turn: asyncio.Future[None] | None = None
 
@@ -55,9 +56,12 @@ class Call:
 class Gate:
     """The FIFO of async calls on one model, and which of them are on the handle now.
 
-    Up to ``capacity`` calls (the model's ``n_seq``) run at once. ``max_waiting`` bounds the
-    calls waiting behind the running ones (``None``: unbounded); ``enter`` raises
-    ``Overloaded`` when it is reached.
+    Up to ``capacity`` calls (the model's ``n_seq``) run at once, and at most one per session
+    (a session's calls share its slot, so a second one could only wait inside the library,
+    holding a place that another session's call could use). Of the waiting calls, the oldest
+    one that may start goes first: a call waiting for its own session never delays another
+    session's. ``max_waiting`` bounds the calls waiting behind the running ones (``None``:
+    unbounded); ``enter`` raises ``Overloaded`` when it is reached.
     """
 
     def __init__(self, model: Model, max_waiting: int | None = None) -> None:
@@ -85,7 +89,7 @@ class Gate:
     async def enter(self, call: Call) -> None:
         """Wait until ``call`` is the one on the handle. Cancelled while waiting, it leaves the queue."""
         with self._lock:
-            if len(self._running) < self.capacity and not self._waiting:
+            if self._may_start(call) and not any(self._may_start(w) for w in self._waiting):
                 self._running.add(call)
                 return
             if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
@@ -103,14 +107,21 @@ class Gate:
             self.leave(call)  # the turn was granted as we were cancelled: pass it on
             raise
 
+    def _may_start(self, call: Call) -> bool:
+        """Whether ``call`` could run now (under ``_lock``): a place is free, and no call of its
+        session runs."""
+        if len(self._running) >= self.capacity:
+            return False
+        return call.session is None or all(r.session != call.session for r in self._running)
+
     def leave(self, call: Call) -> None:
-        """``call`` is off the handle: hand its place to the next waiting call."""
+        """``call`` is off the handle: hand its place to the oldest waiting call that may start."""
         with self._lock:
             if call not in self._running:
                 return
             self._running.discard(call)
-            if self._waiting:
-                nxt = self._waiting.popleft()
+            while (nxt := next((w for w in self._waiting if self._may_start(w)), None)) is not None:
+                self._waiting.remove(nxt)
                 self._running.add(nxt)
                 assert nxt._loop is not None and nxt._turn is not None
                 nxt._loop.call_soon_threadsafe(_grant, nxt._turn)
@@ -154,7 +165,8 @@ async def agenerate(
 
     Cancelling the awaiting task cancels the generation and waits for the worker to return.
     """
-    g, call = gate(model), Call()
+    session = options.get("session")
+    g, call = gate(model), Call(session if isinstance(session, str) else None)
     if options.get("request_id"):
         call.request_id = str(options["request_id"])
     await g.enter(call)

@@ -142,6 +142,8 @@ async def _read_json(request: Request, limit: int) -> Any:
         return json.loads(body)
     except ValueError as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:  # nested deeper than the parser follows; the library refuses past 512
+        raise ApiError(400, "the request body nests arrays and objects too deeply") from None
 
 
 class _ClientGone(Exception):
