@@ -7,6 +7,7 @@ a small request limit and a queue of 3) and qwen2.5-coder (tool calls).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -415,3 +416,72 @@ def test_request_mapping() -> None:
         with pytest.raises(ApiError) as e:
             parse_request({**body, **bad})
         assert e.value.status == 400
+
+
+@pytest.fixture(scope="module")
+def roomy_url(start_server: Any) -> str:
+    """smollm2 with three slots, small prompt chunks and room for multi-megabyte bodies."""
+    return str(
+        start_server(
+            SMOL, "--n-ctx", "2048", "--n-seq", "3", "--n-batch", "64", "--temperature", "0",
+            "--max-request-bytes", str(8 << 20),
+        )
+    )  # fmt: skip
+
+
+def _stream_gaps(url: str, session: str) -> list[float]:
+    """One streamed answer of 64 tokens; the gaps between its content chunks."""
+    body = {"model": SMOL, "messages": [{"role": "user", "content": "Count from one to a hundred."}]}
+    stream = client(url).chat.completions.create(
+        **body, max_tokens=64, stream=True, extra_body={"session": session, "ignore_eos": True}
+    )
+    times = [time.monotonic() for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def _raw_stream_request(url: str, messages: list[dict[str, str]]) -> socket.socket:
+    """A streamed request whose client never reads the answer."""
+    body = json.dumps({"model": SMOL, "messages": messages, "stream": True, "max_tokens": 200}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)))
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    s.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return s
+
+
+def test_other_clients_stalls_leave_a_stream_flowing(roomy_url: str) -> None:
+    """Beside a streaming client: a 3 MB body (refused: too long for the context), a client that
+    never reads its stream of a long prompt, and one that reads its stream slowly. The stream's
+    largest gap stays within 0.5 s of its largest gap alone (the stalls were seconds)."""
+    alone = _stream_gaps(roomy_url, "steady")
+    long_prompt = [{"role": "user", "content": " ".join(f"word{i}" for i in range(400))}]
+    never = _raw_stream_request(roomy_url, long_prompt)
+
+    def slow_reader() -> int:
+        n = 0
+        with httpx.stream(
+            "POST", f"{roomy_url}/v1/chat/completions", timeout=120,
+            json={"model": SMOL, "messages": long_prompt, "stream": True, "max_tokens": 40},
+        ) as r:  # fmt: skip
+            for _ in r.iter_lines():
+                n += 1
+                time.sleep(0.2)
+        return n
+
+    def huge() -> int:
+        content = "lorem ipsum " * 250_000
+        body = {"model": SMOL, "messages": [{"role": "user", "content": content}], "extra": "x"}
+        return httpx.post(f"{roomy_url}/v1/chat/completions", json=body, timeout=120).status_code
+
+    try:
+        slow, slow_out = _in_thread(slow_reader)
+        time.sleep(0.5)  # the never-reader's and the slow reader's prompts are being evaluated
+        big, big_out = _in_thread(lambda: [huge() for _ in range(3)])
+        gaps = _stream_gaps(roomy_url, "steady")
+        big.join(120)
+        slow.join(300)
+    finally:
+        never.close()
+    assert big_out == [[400, 400, 400]], big_out
+    assert isinstance(slow_out[0], int) and slow_out[0] > 5, slow_out
+    assert max(gaps) <= max(alone) + 0.5, (max(gaps), max(alone))
