@@ -254,12 +254,8 @@ EL_API int el_cancel_request(el_handle * handle, const char * request_id) {
 
 EL_API int el_forget(el_handle * handle, const char * session) {
     try {
-        Locked l = lock_engine(handle);
-        if (!l.engine || !l.engine->dead_reason().empty()) {
-            return -1;
-        }
-        l.engine->forget(session);
-        return 0;
+        const std::shared_ptr<Engine> e = lookup(handle);
+        return e && e->forget(session) ? 0 : -1;
     } catch (...) {
         return -1;
     }

@@ -22,9 +22,11 @@
 ** tool call's "arguments") is refused with an error naming where, before it
 ** is parsed. A call refused before it was given a slot (bad input, a prompt
 ** longer than the context, a template that fails) leaves the handle as it
-** found it: the next call computes and reports exactly what it would have
-** without it (its messages and prompt are not kept for reuse, nor do they push
-** anyone else's out). A call that fails after it was given a slot clears that
+** found it: its messages and prompt are not kept for reuse and push no one
+** else's out of the message and token caches, so the next call computes and
+** reports what it would have without it; only the chat template's own memo and
+** values may keep what its render made, as cache pressure (n_render_reused and
+** timing, see SESSIONS AND ISOLATION). A call that fails after it was given a slot clears that
 ** slot (see A FAILED CALL); the messages and prompt it brought stay in the
 ** request caches, which change only speed and the *_reused counters.
 **
@@ -73,7 +75,9 @@
 ** "...opened by the parent process before fork()..." from every call on it,
 ** el_close releases it at once without freeing anything (its threads exist only
 ** in the parent), and the child exits without waiting for it; a child may open
-** handles of its own. Concurrent calls compute what
+** handles of its own. A fork() from inside a stream callback is the exception:
+** the child is then inside a call whose threads it lacks, and must exec or
+** _exit without returning from the callback. Concurrent calls compute what
 ** they would compute alone, up to the rounding of the other batch shape (see
 ** CACHE; bit for bit with "deterministic"). Errors stay per call: a failed
 ** call clears only its own slot; a fatal backend error fails every call in

@@ -110,6 +110,21 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     return dump(result_json(out, p.rep, p.req.top_logprobs >= 0));
 }
 
+bool Engine::forget(const char * session) {
+    std::lock_guard<std::mutex> prep(prep_mu_);
+    std::lock_guard<std::mutex> lock(mu);
+    if (closing || !dead_reason_.empty()) {
+        return false;
+    }
+    slots_->forget(session);
+    messages_.forget(session);
+    tokens_->forget(session);
+    if (message_values_) {
+        message_values_ = common_chat_msg_values_init();
+    }
+    return true;
+}
+
 void Engine::check_open() const {
     if (closing) {
         throw std::runtime_error("invalid or closed handle");
@@ -123,9 +138,10 @@ void Engine::check_open() const {
 // path are the handle's; nothing here touches the context or the slots).
 void Engine::prepare(Prepared & p, const char * messages_json, const char * tools_json, const char * options_json) {
     std::lock_guard<std::mutex> lock(prep_mu_);
-    p.req = parse_request(ModelView{cfg_, vocab_, templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
-                                    *tokens_, messages_, message_values_},
-                          messages_json, tools_json, options_json);
+    const ModelView view{cfg_,    vocab_,    templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
+                         *tokens_, messages_, message_values_};
+    RequestCaches   caches(view);  // kept only if the request gets this far: see the end
+    p.req = parse_request(view, messages_json, tools_json, options_json);
     p.call.device_lost = p.req.device_lost;
     p.call.request_id  = p.req.request_id;
 #ifdef EL_TEST_HOOKS
@@ -157,6 +173,7 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
     rep.n_render_reused   = p.req.n_render_reused;
     rep.n_messages_reused = p.req.n_messages_reused;
     rep.n_prompt          = p.req.prompt.size();
+    caches.accept(p.req);
 }
 
 // Wait for a turn on the handle: a slot this call can take (Scheduler::admit), in arrival
@@ -189,6 +206,7 @@ std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
 // free, under the same hold of the mutex, so the loop below waits only if that ever broke.
 // False if the call stopped first.
 bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
+    const Working working(*this, {&p.call});  // a slot's state saved or restored is remote work too
     for (;;) {
         const size_t slot = slots_->pick(p.req.session, p.req.prompt, p.rep.restored_from_host);
         if (slot != Slots::kBusy) {
@@ -209,9 +227,10 @@ bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
 
 // Make the slot's cache hold the longest prefix of the prompt it can hold exactly.
 void Engine::reuse(Prepared & p, std::unique_lock<std::mutex> & lock) {
-    const Request & req = p.req;
+    const Request & req   = p.req;
     PromptCache &   cache = *p.call.cache;
-    const auto t0 = steady::now();
+    const Working   working(*this, {&p.call});  // a checkpoint restored is remote work too
+    const auto      t0 = steady::now();
     if (!req.cache_prompt) {
         cache.clear();
     }
@@ -362,6 +381,7 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
                 rc = evaluate(p.call, lock, req.prompt, at, stop, false, progress);
                 at = stop;
                 if (rc == 0) {
+                    const Working working(*this, {&p.call});
                     p.call.cache->save_checkpoint();
                 }
             }

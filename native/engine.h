@@ -28,6 +28,7 @@
 #include <deque>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,18 +65,11 @@ class Engine {
     // begins with it later (the last kRemembered ids are kept). Never waits for `mu`.
     void cancel_request(const std::string & request_id);
 
-    // el_forget; the caller holds `mu`. What the caches derived from the session's requests
-    // goes too: its messages and prompts, and the shared template values (every session's,
-    // rebuilt on their next call: the store cannot tell them apart).
-    void forget(const char * session) {
-        std::lock_guard<std::mutex> lock(prep_mu_);
-        slots_->forget(session);
-        messages_.forget(session);
-        tokens_->forget(session);
-        if (message_values_) {
-            message_values_ = common_chat_msg_values_init();
-        }
-    }
+    // el_forget; false when the engine is closing or dead. What the caches derived from the
+    // session's requests goes too: its messages and prompts, and the shared template values
+    // (every session's, rebuilt on their next call: the store cannot tell them apart). Takes
+    // prep_mu_ and then mu, so that it never holds mu while a preparation runs.
+    bool forget(const char * session);
 
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }
@@ -83,7 +77,7 @@ class Engine {
     std::mutex           mu;              // the context lock (see the invariant)
     // The request path's caches (tokens_, messages_, message_values_, grammars_): one call's
     // preparation at a time, never under mu, so that preparing a call never holds up the
-    // running calls' decode steps. Taken after mu where both are held (forget).
+    // running calls' decode steps. Taken before mu where both are held (forget).
     std::mutex           prep_mu_;
     // el_cancel bumps cancel_epoch; a call stops once it differs from the epoch it read
     // when it began (before waiting for mu), so a cancel is never lost to timing. It stops
@@ -145,6 +139,16 @@ class Engine {
     int32_t run_step(const std::vector<Scheduler::Participant *> & batch);
     void    track(Call * call, bool in);
     bool    evaluation_should_stop();
+    // While it lives, the backend works for `call` (the RPC watchdog watches it): a prompt
+    // chunk or step (run_batch), or a slot's state saved, restored or checkpointed.
+    struct Working {
+        Engine &                                        e;
+        std::list<std::vector<const Call *>>::iterator at;
+        Working(Engine & engine, std::vector<const Call *> calls);
+        ~Working();
+        Working(const Working &) = delete;
+        Working & operator=(const Working &) = delete;
+    };
 
     // The token after an evaluation, and its logprobs (token_choice.cpp).
     void        first_token(Prepared & p);
@@ -176,6 +180,7 @@ class Engine {
     std::mutex                calls_mu_;
     std::vector<Call *>       in_flight_;
     std::vector<const Call *> evaluating_;
+    std::list<std::vector<const Call *>> working_;  // for whom the backend works now (Working)
     // What the context evaluated, for el_stats: decode steps (one token per call in it) and
     // prompt batches, with the time llama_decode took for them. Under mu.
     struct {

@@ -106,12 +106,24 @@ void Engine::track(Call * call, bool in) {
     }
 }
 
-// The RPC watchdog's stop condition, registered once for the handle's life (opening.cpp): a
-// remote evaluation is running and every call whose tokens it holds should stop. Calls that
-// are not in it (waiting, turning text) neither hold the watchdog back nor are cut by it.
+Engine::Working::Working(Engine & engine, std::vector<const Call *> calls) : e(engine) {
+    std::lock_guard<std::mutex> lock(e.calls_mu_);
+    at = e.working_.insert(e.working_.end(), std::move(calls));
+}
+
+Engine::Working::~Working() {
+    std::lock_guard<std::mutex> lock(e.calls_mu_);
+    e.working_.erase(at);
+}
+
+// The RPC watchdog's stop condition, registered once for the handle's life (opening.cpp): the
+// backend is working (an evaluation, or a slot's state saved or restored) and every call it
+// works for should stop. Calls it does not work for (waiting, turning text) neither hold the
+// watchdog back nor are cut by it.
 bool Engine::evaluation_should_stop() {
     std::lock_guard<std::mutex> lock(calls_mu_);
-    return !evaluating_.empty() && all_stop(evaluating_);
+    return !working_.empty() &&
+           std::all_of(working_.begin(), working_.end(), [this](const std::vector<const Call *> & w) { return all_stop(w); });
 }
 
 // llama_decode on batch_, whose tokens belong to `calls` (for the abort callback).
@@ -120,6 +132,7 @@ int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
         return kDead;  // nothing evaluated after the failure could be trusted
     }
     const bool lost = std::any_of(calls.begin(), calls.end(), [](const Call * c) { return c->device_lost; });
+    const Working working(*this, calls);
     {
         std::lock_guard<std::mutex> lock(calls_mu_);
         evaluating_ = calls;

@@ -119,13 +119,17 @@ std::optional<std::vector<common_chat_msg>> MessageCache::read(const std::string
     out.reserve(elements.size());
     std::vector<Lru::iterator> taken;
     taken.reserve(elements.size());
+    // cleared first: a read that throws part way must not leave last_ pointing at entries a
+    // later commit may evict (only the by_position hook reads it)
+    const std::vector<Lru::iterator> prior = std::move(last_);
+    last_.clear();
     if (ids != nullptr) {
         ids->clear();
     }
     for (size_t i = 0; i < elements.size(); i++) {
-        if (by_position && i < last_.size()) {
-            last_[i]->used = reads_;  // the fault: bytes not compared
-            taken.push_back(last_[i]);
+        if (by_position && i < prior.size()) {
+            prior[i]->used = reads_;  // the fault: bytes not compared
+            taken.push_back(prior[i]);
         } else {
             key_.resize(prefix);
             key_.append(elements[i]);

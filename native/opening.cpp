@@ -19,7 +19,7 @@ namespace el {
 
 Engine::~Engine() {
     if (rpc_.active()) {
-        rpc_.end_call();  // the watchdog reads calls_mu_ and evaluating_, which go first
+        rpc_.end_call();  // the watchdog reads calls_mu_ and working_, which go first
     }
     sched_.reset();  // joins the evaluator thread before anything it used goes
     if (!dead_reason_.empty() && !dead_free_ok_) {

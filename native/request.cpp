@@ -564,19 +564,6 @@ json prepared_json(const Request & r) {
 
 Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
                       const char * options_json) {
-    // What this request adds to the handle's message and token caches stays only if the
-    // request is accepted: a refused one (too long, bad options, a template error) leaves
-    // them as they were, so the next call counts what it would have counted without it.
-    struct Pending {
-        const ModelView & m;
-        bool              accepted = false;
-        ~Pending() {
-            if (!accepted) {
-                m.messages.rollback();
-                m.tokens.rollback();
-            }
-        }
-    } pending{m};
     Request r;
     Inputs inputs = read_inputs(m.messages, messages_json, tools_json, options_json);
     // renders run on this thread: what its loop memo counts meanwhile is this call's
@@ -624,12 +611,24 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
     r.n_render_reused = jinja::loop_memo_thread_stats().hits - memo_hits;
-    pending.accepted = true;
-    m.messages.commit();
-    m.tokens.commit();
     // unaltered (common/ reads its inputs as const): the session's next read keeps what it repeats
-    m.messages.give_back(r.session, std::move(in.messages), std::move(in.message_ids));
+    r.read_messages    = std::move(in.messages);
+    r.read_message_ids = std::move(in.message_ids);
     return r;
+}
+
+RequestCaches::~RequestCaches() {
+    if (!accepted_) {
+        m_.messages.rollback();
+        m_.tokens.rollback();
+    }
+}
+
+void RequestCaches::accept(Request & r) {
+    accepted_ = true;
+    m_.messages.commit();
+    m_.tokens.commit();
+    m_.messages.give_back(r.session, std::move(r.read_messages), std::move(r.read_message_ids));
 }
 
 }  // namespace el

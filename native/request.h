@@ -3,7 +3,9 @@
 //
 // Invariant: parse_request either returns a Request that can run as is (every option
 // checked, the prompt rendered by the model's own template, the grammar built, the
-// prompt known to fit the context) or throws before anything on the handle changed.
+// prompt known to fit the context) or throws; what it added to the message and token
+// caches is pending until the caller accepts the request (RequestCaches), so a request
+// refused at any step before it runs leaves them as they were.
 #pragma once
 
 #include "chat.h"
@@ -66,6 +68,9 @@ struct Request {
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     bool                         last_message_rendered = false;  // placed by rendering the history again
     std::string                  last_message_text;       // what the render's loop output for it (may be empty)
+    // the messages as read, with their numbers in the message cache, for its give_back
+    std::vector<common_chat_msg> read_messages;
+    std::vector<uint64_t>        read_message_ids;
     double                       ms_template = 0;         // rendering the chat template
     size_t                       n_render_reused = 0;     // template loop iterations taken from earlier renders
     size_t                       n_messages_reused = 0;   // messages read from the handle's cache
@@ -111,5 +116,20 @@ json prepared_json(const Request & r);
 
 Request parse_request(const ModelView & model, const char * messages_json, const char * tools_json,
                       const char * options_json);
+
+// The request caches' side of one request: rolled back on destruction unless accept()ed,
+// which commits them and gives the read messages back to the message cache.
+class RequestCaches {
+  public:
+    explicit RequestCaches(const ModelView & m) : m_(m) {}
+    ~RequestCaches();
+    void accept(Request & r);
+    RequestCaches(const RequestCaches &) = delete;
+    RequestCaches & operator=(const RequestCaches &) = delete;
+
+  private:
+    const ModelView & m_;
+    bool              accepted_ = false;
+};
 
 }  // namespace el

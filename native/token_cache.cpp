@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <cstring>
 
 namespace el {
@@ -29,6 +30,17 @@ size_t same_bytes(const char * a, const char * b, size_t n) {
         i++;
     }
     return i;
+}
+
+// The whitespace a special token may strip next to it (llama-vocab.cpp: isspace).
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+std::string strip_space(const std::string & s) {
+    std::string out;
+    std::copy_if(s.begin(), s.end(), std::back_inserter(out), [](char c) { return !is_space(c); });
+    return out;
 }
 
 }  // namespace
@@ -58,6 +70,20 @@ TokenCache::TokenCache(const llama_vocab * vocab) : vocab_(vocab) {
             const int32_t len = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, /*special=*/true);
             max_piece_len_    = std::max(max_piece_len_, (size_t) std::abs(len));
         }
+        // The bound needs every byte spelled by some token: a tokenizer that drops the bytes it
+        // has no token for (a BPE vocabulary that is not byte-level) would make it refuse prompts
+        // that fit. Every byte value, tokenized and spelled back, must come back.
+        std::string probe = "a b\n";
+        for (int c = 1; c < 256; c++) {
+            probe += (char) c;
+        }
+        std::string back;
+        for (llama_token t : common_tokenize(vocab, probe, false, false)) {
+            back += common_token_to_piece(vocab, t, false);
+        }
+        if (strip_space(back) != strip_space(probe)) {
+            max_piece_len_ = 0;
+        }
     }
 }
 
@@ -65,9 +91,7 @@ size_t TokenCache::min_tokens(const std::string & text) const {
     if (max_piece_len_ == 0) {
         return 0;
     }
-    const size_t spelled = (size_t) std::count_if(text.begin(), text.end(), [](char c) {
-        return !(c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r');
-    });
+    const size_t spelled = (size_t) std::count_if(text.begin(), text.end(), [](char c) { return !is_space(c); });
     return (spelled + max_piece_len_ - 1) / max_piece_len_;
 }
 

@@ -107,6 +107,42 @@ static void concurrent_calls(const char *model) {
     }
 }
 
+/* JSON of `depth` nested arrays inside `before` ... `after`; the caller frees it. */
+static char *nested(const char *before, size_t depth, const char *after) {
+    size_t nb = strlen(before), na = strlen(after);
+    char *s = malloc(nb + 2 * depth + na + 1);
+    memcpy(s, before, nb);
+    memset(s + nb, '[', depth);
+    memset(s + nb + depth, ']', depth);
+    memcpy(s + nb + 2 * depth, after, na + 1);
+    return s;
+}
+
+/* Nesting far past the library's bound (512), in every JSON input: an error naming it, never a
+ * stack overflow (60,000 levels crashed the process before the bound); then a good call. */
+static void deep_nesting(el_handle *h) {
+    static const size_t depths[] = {513, 60000, 1000000};
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+        size_t d = depths[i];
+        char *msgs = nested("[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"tool_calls\": "
+                            "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": ", d, "}}]}]");
+        char *args = nested("[{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", \"function\": "
+                            "{\"name\": \"f\", \"arguments\": \"", d, "\"}}]}, {\"role\": \"user\", \"content\": \"x\"}]");
+        char *tools = nested("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"a\": ", d, "}}}]");
+        char *opts = nested("{\"response_format\": {\"type\": \"json_object\", \"schema\": {\"a\": ", d, "}}}");
+        char *config = nested("{\"model\": \"x.gguf\", \"n_ctx\": ", d, "}");
+        const char *inputs[][3] = {{msgs, NULL, NULL}, {args, NULL, NULL}, {HI, tools, NULL}, {HI, NULL, opts}};
+        for (size_t j = 0; j < 4; j++) {
+            char *r = el_generate(h, inputs[j][0], inputs[j][1], inputs[j][2]);
+            CHECK(r != NULL && is_error(r) && strstr(r, "deeper than 512") != NULL, "deep nesting is an error");
+            el_free(r);
+        }
+        CHECK(el_open(config) == NULL && strstr(el_last_error(), "deeper than 512") != NULL, "deep config");
+        free(msgs), free(args), free(tools), free(opts), free(config);
+        expect(h, HI, NULL, "{\"max_tokens\": 3}", 0, "call after deep nesting");
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]);
@@ -143,6 +179,8 @@ int main(int argc, char **argv) {
         expect(h, bad[i][0], bad[i][1], bad[i][2], 1, "bad input is an error");
         expect(h, HI, NULL, "{\"max_tokens\": 3}", 0, "next call works");
     }
+
+    deep_nesting(h);
 
     /* streaming: stop from the callback after 3 deltas */
     int stop_after = 3;
