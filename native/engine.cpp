@@ -315,6 +315,10 @@ void Engine::probe(const Request & req, const Call & call, CallReport & rep) {
 // faulty sequence computes. The guard clears the slot when the call ends.
 void Engine::plant_corruption(Prepared & pr, std::unique_lock<std::mutex> & lock, const std::vector<llama_token> & before) {
     const Request & req = pr.req;
+    if (req.corrupt == Corruption::Shift && !llama_memory_can_shift(llama_get_memory(ctx_))) {
+        // llama.cpp would abort at the next decode (no K-shift for several positions per embedding)
+        fail("test hook: this model's memory cannot shift positions");
+    }
     size_t n = pr.rep.n_reused;
     std::vector<llama_token> held(req.prompt.begin(), req.prompt.begin() + (std::ptrdiff_t) n);
     if (req.corrupt == Corruption::Other) {
@@ -371,12 +375,13 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
     const auto t0 = steady::now();
     int32_t rc = 0;
     if (p.call.cache->wants_checkpoints()) {
-        // Where the cache cannot be trimmed, save checkpoints at the two places a
-        // later prompt most often diverges: where the last message starts (the same
-        // history with a different question) and one token short of the end (the
-        // same prompt again, or this prompt plus the reply and more messages).
+        // Where the cache cannot be trimmed, save checkpoints at the places a later
+        // prompt most often diverges: where the last message starts (the same history
+        // with a different question), where the reply's turn opens (a template that
+        // renders the reply otherwise in the next call's history) and one token short
+        // of the end (the same prompt again, or this prompt plus the reply and more).
         size_t at = n_reused;
-        for (size_t stop : {req.last_message_start, n_prompt - 1}) {
+        for (size_t stop : {req.last_message_start, req.generation_start, n_prompt - 1}) {
             if (rc == 0 && stop > at && stop < n_prompt) {
                 rc = evaluate(p.call, lock, req.prompt, at, stop, false, progress);
                 at = stop;

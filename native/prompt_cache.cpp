@@ -113,7 +113,8 @@ bool PromptCache::save(Saved & out) const {
     if (size == 0 || llama_state_seq_get_data(ctx_, out.data.data(), size, seq_) != size) {
         return false;
     }
-    out.tokens = tokens_;
+    out.tokens      = tokens_;
+    out.checkpoints = checkpoints_;
     return true;
 }
 
@@ -124,7 +125,8 @@ bool PromptCache::load(const Saved & saved) {
         clear();
         return false;
     }
-    tokens_ = saved.tokens;
+    tokens_      = saved.tokens;
+    checkpoints_ = saved.checkpoints;
     return true;
 }
 

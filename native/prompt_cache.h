@@ -78,6 +78,18 @@ class PromptCache {
         std::vector<llama_token> tokens;
         std::vector<uint8_t>     data;
         std::string              session;
+        // The sequence's checkpoints go with it: without them a restored sliding-window or
+        // recurrent conversation can be reused only by a prompt that extends all of it, and a
+        // template that renders the last reply otherwise in the next call's history (Gemma 4,
+        // Qwen3.5) would reuse nothing of it.
+        std::deque<Checkpoint>   checkpoints;
+        size_t bytes() const {
+            size_t n = data.size();
+            for (const Checkpoint & c : checkpoints) {
+                n += c.data.size();
+            }
+            return n;
+        }
     };
 
     bool save(Saved & out) const;

@@ -409,6 +409,15 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     r.parser.is_continuation  = in.continue_final_message != COMMON_CHAT_CONTINUATION_NONE;
     if (r.chat.parser_arena) {  // asked for as an object (in.parser_object): nothing to load
         r.parser.parser = std::move(*r.chat.parser_arena);
+    } else if (!r.chat.parser.empty()) {
+        // A template handled by its own code in common/parsers (Gemma 4, Qwen3-Coder and
+        // Qwen3.5, ...) hands its parser over saved, whatever parser_object asked; without it
+        // the output would be read as plain content (tool calls and reasoning unparsed).
+        try {
+            r.parser.parser.load(r.chat.parser);
+        } catch (const std::exception & e) {
+            fail(std::string("chat template's output parser does not load: ") + e.what());
+        }
     }
     for (const auto & stop : r.chat.additional_stops) {
         r.stops.push_back(stop);
@@ -559,6 +568,7 @@ json prepared_json(const Request & r) {
         {"grammar_lazy", r.sampling.grammar_lazy},
         {"grammar_triggers", triggers},
         {"last_message_start", r.last_message_start},
+        {"generation_start", r.generation_start},
     };
 }
 
@@ -603,7 +613,19 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     if (r.prompt.empty()) {
         fail("the rendered prompt is empty");
     }
-    if (m.wants_checkpoints && in.messages.size() > 1) {
+    if (m.wants_checkpoints && in.add_generation_prompt && !r.chat.generation_prompt.empty() &&
+        r.chat.prompt.size() >= r.chat.generation_prompt.size() &&
+        r.chat.prompt.compare(r.chat.prompt.size() - r.chat.generation_prompt.size(), std::string::npos,
+                              r.chat.generation_prompt) == 0) {
+        // Where the reply's turn opens: a template that renders an earlier reply otherwise than
+        // it prompted for it (Qwen3.5 and other reasoning templates drop its <think> block)
+        // diverges from the previous prompt right there on the next call. Read off the prompt's
+        // own tokens, so before last_message_start, which may tokenize the history.
+        const size_t at = r.chat.prompt.size() - r.chat.generation_prompt.size();
+        const size_t n  = m.tokens.tokens_before(r.session, r.chat.prompt, at);
+        r.generation_start = n == SIZE_MAX ? 0 : n;
+    }
+    if (m.wants_checkpoints && in.messages.size() > 1) {  // after: it may tokenize the history
         r.last_message_start = last_message_start(m, in, r);
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {

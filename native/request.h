@@ -66,6 +66,7 @@ struct Request {
     std::string                  session;                 // pin the conversation to a slot
     std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
+    size_t                       generation_start   = 0;  // tokens before the generation prompt (0: unknown)
     bool                         last_message_rendered = false;  // placed by rendering the history again
     std::string                  last_message_text;       // what the render's loop output for it (may be empty)
     // the messages as read, with their numbers in the message cache, for its give_back

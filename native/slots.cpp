@@ -138,13 +138,13 @@ void Slots::stash(const Slot & victim) {
 
 // Newest first; the oldest entries go when the budget is exceeded.
 void Slots::put_back(PromptCache::Saved saved) {
-    if (saved.data.size() > host_limit_) {
+    if (saved.bytes() > host_limit_) {
         return;
     }
-    host_bytes_ += saved.data.size();
+    host_bytes_ += saved.bytes();
     host_cache_.push_front(std::move(saved));
     while (host_bytes_ > host_limit_) {
-        host_bytes_ -= host_cache_.back().data.size();
+        host_bytes_ -= host_cache_.back().bytes();
         host_cache_.pop_back();
     }
 }
@@ -170,7 +170,7 @@ bool Slots::unstash(size_t slot, const std::string & session, const std::vector<
     }
     auto & taken = slots_[slot].taken;
     taken = std::make_unique<PromptCache::Saved>(std::move(*best));
-    host_bytes_ -= taken->data.size();
+    host_bytes_ -= taken->bytes();
     host_cache_.erase(best);
     return slots_[slot].cache->load(*taken);
 }
@@ -178,7 +178,7 @@ bool Slots::unstash(size_t slot, const std::string & session, const std::vector<
 void Slots::drop_host_cache(const char * session) {
     for (auto it = host_cache_.begin(); it != host_cache_.end();) {
         if (session == nullptr || it->session == session) {
-            host_bytes_ -= it->data.size();
+            host_bytes_ -= it->bytes();
             it = host_cache_.erase(it);
         } else {
             ++it;
