@@ -25,6 +25,8 @@ CASES = [
     ("gemma-swa", GEMMA, {"swa_full": False}, 90),
     ("mamba", "tiny:mamba", {}, 40),
     ("hybrid", "tiny:hybrid", {}, 40),
+    ("gemma4-swa", "tiny:gemma4", {"swa_full": False}, 20),
+    ("qwen35", "tiny:qwen35", {}, 20),
 ]
 
 
@@ -104,7 +106,7 @@ def test_concurrent_calls_match_a_fresh_context(name: str, spec: str, extra: dic
         assert batched >= 2, "the calls never shared a decode step"
 
 
-@pytest.mark.parametrize("spec", [QWEN, SMOL, GEMMA, "tiny:hybrid"])
+@pytest.mark.parametrize("spec", [QWEN, SMOL, GEMMA, "tiny:hybrid", "tiny:gemma4", "tiny:qwen35"])
 def test_concurrent_deterministic_calls_equal_a_fresh_handle_bit_for_bit(spec: str) -> None:
     """With batch-invariant kernels, a call decoded beside others computes every token and
     log probability exactly as a fresh handle computing it alone: the sharp oracle (the KL

@@ -24,6 +24,8 @@ CASES = [
     ("gemma", GEMMA, 110),
     ("mamba", "tiny:mamba", 40),
     ("hybrid", "tiny:hybrid", 40),
+    ("gemma4", "tiny:gemma4", 20),  # interleaved sliding window (32 tokens) and global layers
+    ("qwen35", "tiny:qwen35", 20),  # Gated DeltaNet and attention layers
 ]
 OPS = ["append", "tool", "append", "edit", "stream", "append", "drop", "fail", "append", "tool"]
 

@@ -215,8 +215,9 @@ def test_stop_from_a_progress_delta_ends_the_prefill() -> None:
 def test_two_pyshim_streams_read_in_any_order() -> None:
     """pyshim's stream callback waits for its reader: reading B first while A's long prompt is
     evaluated deadlocked when progress deltas were delivered under the handle's lock."""
-    long_a = user(LONG + " First.")
-    long_b = user(LONG + " Second.")
+    medium = " ".join(LONG.split()[:150])  # ~450 tokens: seven chunks of n_batch 64
+    long_a = user(medium + " First.")
+    long_b = user(medium + " Second.")
     with pyshim.Model(SMOL, n_ctx=2048, n_seq=2, n_batch=64, temperature=0) as m:
         for order in ("b-then-a", "a-then-b", "interleaved"):
             m.reset()

@@ -23,6 +23,8 @@ CASES = [
     ("gemma-swa-full", GEMMA, {"swa_full": True}, 110),
     ("mamba", "tiny:mamba", {}, 60),
     ("hybrid", "tiny:hybrid", {}, 60),
+    ("gemma4-swa", "tiny:gemma4", {"swa_full": False}, 20),
+    ("qwen35", "tiny:qwen35", {}, 20),
 ]
 
 
@@ -124,7 +126,12 @@ def test_exact_oracle_catches_one_wrong_token(exact_pair, fault: str) -> None:
             reused.generate(other, max_tokens=1, temperature=0)
         second = [*first, reply, second_user]
         test = {"corrupt": corrupt} if corrupt is not None else {}
-        r = reused.generate(second, max_tokens=3, **GREEDY, _test=test)
+        try:
+            r = reused.generate(second, max_tokens=3, **GREEDY, _test=test)
+        except pyshim.ShimError as e:
+            if "cannot shift positions" in str(e):  # Qwen3.5's multi-section RoPE: no K-shift
+                pytest.skip(f"{name}: {e}")
+            raise
         assert r["n_reused"] > 40, r["n_reused"]
         return second, r
 
@@ -142,13 +149,17 @@ def test_oracle_flags_a_corrupted_cache(pair) -> None:
     rng = random.Random(f"corrupt-{name}")
     system = {"role": "system", "content": "You are a terse assistant. " + text(rng, words * 3)}
     # past the sliding window (and the extra batch of cells an SWA cache keeps), as in FACTS.md
-    long = 12 if name.startswith("gemma") else 3
+    # (n_ubatch + n_swa cells: 544 for gemma4's window of 32, 1024 for gemma-3's 512)
+    long = {"gemma4-swa": 40}.get(name, 12 if name.startswith("gemma") else 3)
     first = [system, {"role": "user", "content": "What is 2+2? " + text(rng, words * long)}]
-    second = [system, {"role": "user", "content": "Write a hello world program. " + text(rng, words)}]
+    # a tail shorter than a small window: the last token's window layers read the cells the
+    # trusted seq_rm left evicted (gemma4's window is 32 tokens)
+    tail = 4 if name == "gemma4-swa" else words
+    second = [system, {"role": "user", "content": "Write a hello world program. " + text(rng, tail)}]
     reused.reset()
     reused.generate(first, max_tokens=1, temperature=0)
     # trusting seq_rm is the real bug on a sliding-window cache; elsewhere corrupt it directly
-    mode = "trust_seq_rm" if name == "gemma-swa" else "corrupt"
+    mode = "trust_seq_rm" if name.endswith("-swa") else "corrupt"
     bad, r = divergence(reused, fresh, second, _test={"reuse": mode})
     assert r["n_reused"] > 0
     assert bad > KL_BOUND, f"{name}: corrupted cache gave KL {bad:.4f}; the oracle cannot see corruption here"

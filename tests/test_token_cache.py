@@ -45,7 +45,7 @@ def prepare(m: pyshim.Model, conv: list[dict[str, Any]], tools: Any, **test: Any
     return r
 
 
-@pytest.mark.parametrize("spec", [QWEN, SMOL, GEMMA, "tiny:mamba", "tiny:hybrid"])
+@pytest.mark.parametrize("spec", [QWEN, SMOL, GEMMA, "tiny:mamba", "tiny:hybrid", "tiny:gemma4", "tiny:qwen35"])
 def test_cached_tokenization_equals_a_full_one(spec: str) -> None:
     rng = random.Random(f"tokens-{spec}")
     with pyshim.Model(model_path(spec), n_ctx=8192) as m:

@@ -1,16 +1,31 @@
 """Tiny random-weight GGUF models for architectures that no catalogue package ships.
 
-Two models are written with ``gguf`` (the writer that matches the pinned llama.cpp):
+Models are written with ``gguf`` (the writer that matches the pinned llama.cpp):
 
 * ``mamba``: a pure recurrent Mamba-1 model (llama.cpp arch ``mamba``), 2 blocks.
 * ``hybrid``: a Jamba model (llama.cpp arch ``jamba``), 3 blocks: Mamba, attention, Mamba.
   Jamba reuses the Mamba-1 layer, so the hybrid exercises a conv state, an SSM state and a
   KV cache in the same model; a layer is recurrent exactly when its ``head_count_kv`` is 0.
 
-Both copy the whole ``tokenizer.*`` block (vocabulary, merges, token types, special ids and
+All copy the whole ``tokenizer.*`` block (vocabulary, merges, token types, special ids and
 chat template) from the SmolLM2 catalogue model, so real chat templating and tokenization
 apply and prompts look like they do on a real model. The output head is tied to
 ``token_embd``; that ~49k x 64 float32 matrix is most of each file (about 13 MB).
+
+Two more follow architectures whose caches behave differently again:
+
+* ``gemma4``: Gemma 4 (arch ``gemma4``), 4 blocks alternating sliding-window and global
+  attention (window 32 tokens, smaller than a typical test prompt, so the sliding-window
+  cache is trimmed and its checkpoints are used), with Gemma 4's per-kind head sizes,
+  proportional RoPE on the global layers, Q/K/V norms, post-norms and layer scalars.
+* ``qwen35``: Qwen3.5 (arch ``qwen35``), 4 blocks alternating Gated DeltaNet linear
+  attention (conv state + matrix-valued recurrent state) and gated full attention (IMRoPE).
+
+These two carry their real chat templates, read from the pinned llama.cpp sdist that
+``scripts/fetch_llama.py`` downloads and verifies (nothing of the templates is committed
+here), and add the templates' marker tokens (``<|turn>``, ``<turn|>``, ... for Gemma 4;
+``<think>``, ``<tool_call>``, ... for Qwen3.5) to the borrowed vocabulary, so the markers
+tokenize as single tokens and end-of-turn detection works as on the real models.
 
 Why the weights are large: the tests that use these models compare next-token
 distributions computed from a reused cache (KV cache and/or recurrent state) against a
@@ -24,9 +39,12 @@ seed, so a given recipe always produces the same file bytes.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import gguf
@@ -34,7 +52,7 @@ import numpy as np
 
 from pyshim import models
 
-__all__ = ["KINDS", "tiny_model", "write_hybrid", "write_mamba"]
+__all__ = ["KINDS", "sdist_template", "tiny_model", "write_gemma4", "write_hybrid", "write_mamba", "write_qwen35"]
 
 #: Bump when a recipe changes: it is part of the cached file names, so stale files are not reused.
 RECIPE_VERSION = 1
@@ -55,23 +73,115 @@ RMS_EPS = 1e-5
 N_HEAD = 4
 N_FF = 128
 HYBRID_HEAD_COUNT_KV = (0, N_HEAD, 0)  # 0 marks a recurrent (Mamba) layer
+# gemma4 only
+GEMMA4_SWA_PATTERN = (True, False, True, False)  # True: sliding-window layer; False: global
+GEMMA4_HEAD_COUNT_KV = (2, 1, 2, 1)  # grouped-query attention, fewer KV heads on global layers
+GEMMA4_SLIDING_WINDOW = 32  # tokens; smaller than the prompts the tests send
+GEMMA4_HEAD_DIM_SWA = 16
+GEMMA4_HEAD_DIM_FULL = 32  # Gemma 4's global layers have wider heads than its local ones
+GEMMA4_ROPE_PARTIAL = 0.25  # share of the global heads' rotary pairs that rotate ("proportional" RoPE)
+# Gemma 4 scales the input embedding by sqrt(n_embd) (8 here) and RMS-norms each mixer's
+# output before adding it. With post-norm weights near 1 the current token's embedding
+# dominates the residual and, the head being tied, the model mostly predicts the token it
+# just read whatever the context; weights near 3 let the layers outweigh it.
+GEMMA4_POST_NORM = 3.0
+# qwen35 only
+QWEN35_FULL_ATTENTION_INTERVAL = 2  # every 2nd block is full attention: DeltaNet, attention, DeltaNet, attention
+QWEN35_N_LAYER = 4
+QWEN35_HEAD_COUNT_KV = 2
+QWEN35_HEAD_DIM = 16
+QWEN35_ROPE_DIMS = 8  # partial rotary, as in Qwen3.5 (a quarter there, half here)
+QWEN35_ROPE_SECTIONS = (2, 1, 1, 0)  # IMRoPE sections; they sum to QWEN35_ROPE_DIMS / 2
+QWEN35_K_HEADS = 2  # DeltaNet key heads (ssm.group_count)
+QWEN35_V_HEADS = 4  # DeltaNet value heads (ssm.time_step_rank); a multiple of the key heads
+QWEN35_HEAD_K_DIM = 16  # DeltaNet head size (ssm.state_size), keys and values alike
+
+#: The templates inside the pinned llama.cpp sdist (``scripts/fetch_llama.py``).
+GEMMA4_TEMPLATE = "models/templates/google-gemma-4-31B-it.jinja"
+QWEN35_TEMPLATE = "models/templates/Qwen3.5-4B.jinja"
+
+_CONTROL = int(gguf.TokenType.CONTROL)
+_USER_DEFINED = int(gguf.TokenType.USER_DEFINED)  # matched as one token in plain text, printed as text
+
+#: Gemma 4's marker tokens. Control tokens, except the string quote, which tool-call
+#: arguments contain and which must therefore survive detokenization as text.
+GEMMA4_TOKENS: tuple[tuple[str, int], ...] = (
+    *((t, _CONTROL) for t in ("<pad>", "<eos>", "<bos>")),
+    *((t, _CONTROL) for t in ("<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>")),
+    *(
+        (t, _CONTROL)
+        for t in ("<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>")
+    ),
+    *((t, _CONTROL) for t in ("<|image|>", "<|audio|>", "<|video|>")),
+    ('<|"|>', _USER_DEFINED),
+)
+GEMMA4_SPECIAL_IDS = {"bos": "<bos>", "eos": "<eos>", "padding": "<pad>"}
+
+#: Qwen3.5's text markers (user-defined, as its converted GGUFs have them); ``<|im_start|>``
+#: and ``<|im_end|>`` are already in SmolLM2's vocabulary, which uses the same ChatML turns.
+QWEN35_TOKENS: tuple[tuple[str, int], ...] = tuple(
+    (t, _USER_DEFINED)
+    for t in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+)
 
 
-def _copy_tokenizer(writer: gguf.GGUFWriter) -> int:
-    """Copy every ``tokenizer.*`` key, with its GGUF type, from the source model; return the vocab size."""
+def _copy_tokenizer(
+    writer: gguf.GGUFWriter,
+    *,
+    chat_template: str | None = None,
+    extra_tokens: Sequence[tuple[str, int]] = (),
+    special_ids: Mapping[str, str] | None = None,
+) -> int:
+    """Copy every ``tokenizer.*`` key, with its GGUF type, from the source model; return the vocab size.
+
+    ``extra_tokens`` (text, token type) are appended to the vocabulary unless already in it
+    (SmolLM2's BPE merges stay valid: an added token is matched whole before merging);
+    ``special_ids`` maps a special role (``bos``, ``eos``, ...) to the text of its new token;
+    ``chat_template`` replaces the borrowed template.
+    """
     reader = gguf.GGUFReader(models.path(TOKENIZER_SOURCE, log=False))
-    n_vocab = 0
-    for name, field in reader.fields.items():
-        if not name.startswith("tokenizer."):
-            continue
+    fields = {name: field for name, field in reader.fields.items() if name.startswith("tokenizer.")}
+    if "tokenizer.ggml.tokens" not in fields:
+        raise RuntimeError(f"{TOKENIZER_SOURCE}: no tokenizer.ggml.tokens in the source GGUF")
+    tokens = list(fields["tokenizer.ggml.tokens"].contents())
+    types = list(fields["tokenizer.ggml.token_type"].contents())
+    ids = {t: i for i, t in enumerate(tokens)}
+    for text, ttype in extra_tokens:
+        if text not in ids:
+            ids[text] = len(tokens)
+            tokens.append(text)
+            types.append(ttype)
+    overrides: dict[str, object] = {}
+    if extra_tokens:
+        overrides = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    for role, text in (special_ids or {}).items():
+        overrides[f"tokenizer.ggml.{role}_token_id"] = ids[text]
+    if chat_template is not None:
+        overrides["tokenizer.chat_template"] = chat_template
+    for name, field in fields.items():
         vtype = field.types[0]
         sub_type = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type)
-        if name == "tokenizer.ggml.tokens":
-            n_vocab = len(field.data)
-    if n_vocab == 0:
-        raise RuntimeError(f"{TOKENIZER_SOURCE}: no tokenizer.ggml.tokens in the source GGUF")
-    return n_vocab
+        writer.add_key_value(name, overrides.pop(name, field.contents()), vtype, sub_type)
+    for name, value in overrides.items():  # a special id the source model does not set
+        writer.add_uint32(name, int(value))  # type: ignore[call-overload]
+    return len(tokens)
+
+
+@functools.cache
+def sdist_template(member: str) -> str:
+    """The text of ``member`` (e.g. ``models/templates/Qwen3.5-4B.jinja``) in llama.cpp's tree
+    inside the pinned, sha256-verified llama-cpp-python sdist (downloaded on first use)."""
+    spec = importlib.util.spec_from_file_location(
+        "_pyshim_fetch_llama", Path(__file__).resolve().parent.parent / "scripts" / "fetch_llama.py"
+    )
+    assert spec is not None and spec.loader is not None
+    fetch_llama = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch_llama)
+    with tarfile.open(fetch_llama.fetch()) as tar:
+        f = tar.extractfile(fetch_llama.PREFIX + member)
+        if f is None:
+            raise RuntimeError(f"{member}: not a regular file in {fetch_llama.ARCHIVE}")
+        return f.read().decode("utf-8")
 
 
 class _Weights:
@@ -83,9 +193,9 @@ class _Weights:
     def normal(self, *shape: int, scale: float = SCALE) -> np.ndarray:
         return self.rng.normal(0.0, scale, size=shape).astype(np.float32)
 
-    def norm(self, n: int) -> np.ndarray:
-        """An RMS-norm weight: about 1.0, slightly perturbed."""
-        return (1.0 + self.rng.normal(0.0, 0.1, size=n)).astype(np.float32)
+    def norm(self, n: int, mean: float = 1.0) -> np.ndarray:
+        """An RMS-norm weight: about ``mean``, slightly perturbed."""
+        return (mean + self.rng.normal(0.0, 0.1, size=n)).astype(np.float32)
 
 
 def _add_ssm_keys(writer: gguf.GGUFWriter) -> None:
@@ -122,8 +232,19 @@ _AddHParams = Callable[[gguf.GGUFWriter], None]
 _AddTensors = Callable[[gguf.GGUFWriter, _Weights], None]
 
 
-def _write(path: Path, arch: str, add_hparams: _AddHParams, add_tensors: _AddTensors) -> Path:
-    """Write a GGUF atomically (a temporary file renamed into place), so readers never see a partial one."""
+def _write(
+    path: Path,
+    arch: str,
+    add_hparams: _AddHParams,
+    add_tensors: _AddTensors,
+    *,
+    chat_template: str | None = None,
+    extra_tokens: Sequence[tuple[str, int]] = (),
+    special_ids: Mapping[str, str] | None = None,
+) -> Path:
+    """Write a GGUF atomically (a temporary file renamed into place), so readers never see a partial one.
+
+    The keyword arguments go to ``_copy_tokenizer``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
@@ -135,9 +256,11 @@ def _write(path: Path, arch: str, add_hparams: _AddHParams, add_tensors: _AddTen
         writer.add_embedding_length(N_EMBD)
         writer.add_layer_norm_rms_eps(RMS_EPS)
         add_hparams(writer)
-        n_vocab = _copy_tokenizer(writer)
+        n_vocab = _copy_tokenizer(
+            writer, chat_template=chat_template, extra_tokens=extra_tokens, special_ids=special_ids
+        )
         w = _Weights(SEED)
-        # No output.weight: both archs fall back to token_embd (tied head), halving the file.
+        # No output.weight: every arch here falls back to token_embd (tied head), halving the file.
         writer.add_tensor("token_embd.weight", w.normal(n_vocab, N_EMBD))
         writer.add_tensor("output_norm.weight", w.norm(N_EMBD))
         add_tensors(writer, w)
@@ -204,11 +327,153 @@ def write_hybrid(path: Path) -> Path:
     return _write(path, "jamba", hparams, tensors)
 
 
-KINDS: dict[str, Callable[[Path], Path]] = {"mamba": write_mamba, "hybrid": write_hybrid}
+def write_gemma4(path: Path) -> Path:
+    """Write a 4-block random-weight Gemma 4 GGUF (llama.cpp arch ``gemma4``) to ``path``; return it.
+
+    Blocks alternate sliding-window (window ``GEMMA4_SLIDING_WINDOW``, 4 query and 2 KV heads
+    of size 16, RoPE base 1e4) and global attention (4 query and 1 KV head of size 32, RoPE
+    base 1e6 on the first quarter of the rotary pairs only, through ``rope_freqs``). As in
+    Gemma 4: the input embedding is scaled by sqrt(n_embd), Q and K are RMS-normed per head
+    (V without a weight), attention is unscaled, attention and GELU feed-forward outputs
+    are RMS-normed before their residual adds, each block ends with a learned scalar, and
+    the logits are soft-capped at 30. No per-layer embeddings, KV sharing or MoE.
+    """
+    n_layer = len(GEMMA4_SWA_PATTERN)
+
+    def hparams(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(n_layer)
+        writer.add_feed_forward_length(N_FF)
+        writer.add_head_count(N_HEAD)
+        writer.add_head_count_kv(list(GEMMA4_HEAD_COUNT_KV))
+        writer.add_key_length(GEMMA4_HEAD_DIM_FULL)
+        writer.add_value_length(GEMMA4_HEAD_DIM_FULL)
+        writer.add_key_length_swa(GEMMA4_HEAD_DIM_SWA)
+        writer.add_value_length_swa(GEMMA4_HEAD_DIM_SWA)
+        writer.add_rope_dimension_count(GEMMA4_HEAD_DIM_FULL)
+        writer.add_rope_dimension_count_swa(GEMMA4_HEAD_DIM_SWA)
+        writer.add_rope_freq_base(1_000_000.0)
+        writer.add_rope_freq_base_swa(10_000.0)
+        writer.add_sliding_window(GEMMA4_SLIDING_WINDOW)
+        writer.add_sliding_window_pattern(list(GEMMA4_SWA_PATTERN))
+        writer.add_embedding_length_per_layer_input(0)  # required key; 0: no per-layer embeddings
+        writer.add_final_logit_softcapping(30.0)
+
+    def tensors(writer: gguf.GGUFWriter, w: _Weights) -> None:
+        # Proportional RoPE: pairs past the rotated share get a huge frequency divisor, i.e. no rotation.
+        n_pairs = GEMMA4_HEAD_DIM_FULL // 2
+        n_rotated = int(n_pairs * GEMMA4_ROPE_PARTIAL)
+        freqs = np.array([1.0] * n_rotated + [1e30] * (n_pairs - n_rotated), dtype=np.float32)
+        writer.add_tensor("rope_freqs.weight", freqs)  # shared by every global layer
+        for i, (swa, n_head_kv) in enumerate(zip(GEMMA4_SWA_PATTERN, GEMMA4_HEAD_COUNT_KV, strict=True)):
+            p = f"blk.{i}"
+            head_dim = GEMMA4_HEAD_DIM_SWA if swa else GEMMA4_HEAD_DIM_FULL
+            writer.add_tensor(f"{p}.attn_norm.weight", w.norm(N_EMBD))
+            writer.add_tensor(f"{p}.attn_q.weight", w.normal(N_HEAD * head_dim, N_EMBD))
+            writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+            writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+            writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * head_dim))
+            writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(head_dim))
+            writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(head_dim))
+            writer.add_tensor(f"{p}.post_attention_norm.weight", w.norm(N_EMBD, GEMMA4_POST_NORM))
+            writer.add_tensor(f"{p}.ffn_norm.weight", w.norm(N_EMBD))
+            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+            writer.add_tensor(f"{p}.post_ffw_norm.weight", w.norm(N_EMBD, GEMMA4_POST_NORM))
+            writer.add_tensor(f"{p}.layer_output_scale.weight", w.norm(1))
+
+    return _write(
+        path,
+        "gemma4",
+        hparams,
+        tensors,
+        chat_template=sdist_template(GEMMA4_TEMPLATE),
+        extra_tokens=GEMMA4_TOKENS,
+        special_ids=GEMMA4_SPECIAL_IDS,
+    )
+
+
+def write_qwen35(path: Path) -> Path:
+    """Write a 4-block random-weight Qwen3.5 GGUF (llama.cpp arch ``qwen35``) to ``path``; return it.
+
+    Blocks alternate Gated DeltaNet linear attention (2 key heads and 4 value heads of size
+    16, a width-4 causal conv over Q/K/V, a 16x16 state per value head, a SiLU-gated RMS
+    norm on the output) and gated full attention (4 query and 2 KV heads of size 16, Q/K
+    RMS norms, a sigmoid output gate from the doubled Q projection, IMRoPE on 8 of the 16
+    dims). Every block has a SwiGLU feed-forward after a post-attention norm.
+    """
+    value_dim = QWEN35_HEAD_K_DIM * QWEN35_V_HEADS  # ssm.inner_size
+    key_dim = QWEN35_HEAD_K_DIM * QWEN35_K_HEADS
+    conv_dim = 2 * key_dim + value_dim
+
+    def hparams(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(QWEN35_N_LAYER)
+        writer.add_feed_forward_length(N_FF)
+        writer.add_head_count(N_HEAD)
+        writer.add_head_count_kv(QWEN35_HEAD_COUNT_KV)
+        writer.add_key_length(QWEN35_HEAD_DIM)
+        writer.add_value_length(QWEN35_HEAD_DIM)
+        writer.add_rope_dimension_count(QWEN35_ROPE_DIMS)
+        writer.add_rope_dimension_sections(list(QWEN35_ROPE_SECTIONS))
+        writer.add_rope_freq_base(10_000_000.0)
+        writer.add_full_attention_interval(QWEN35_FULL_ATTENTION_INTERVAL)
+        writer.add_ssm_conv_kernel(D_CONV)
+        writer.add_ssm_inner_size(value_dim)
+        writer.add_ssm_state_size(QWEN35_HEAD_K_DIM)
+        writer.add_ssm_time_step_rank(QWEN35_V_HEADS)
+        writer.add_ssm_group_count(QWEN35_K_HEADS)
+
+    def tensors(writer: gguf.GGUFWriter, w: _Weights) -> None:
+        for i in range(QWEN35_N_LAYER):
+            p = f"blk.{i}"
+            writer.add_tensor(f"{p}.attn_norm.weight", w.norm(N_EMBD))
+            if (i + 1) % QWEN35_FULL_ATTENTION_INTERVAL != 0:  # Gated DeltaNet
+                writer.add_tensor(f"{p}.attn_qkv.weight", w.normal(conv_dim, N_EMBD))
+                writer.add_tensor(f"{p}.attn_gate.weight", w.normal(value_dim, N_EMBD))
+                writer.add_tensor(f"{p}.ssm_conv1d.weight", w.normal(conv_dim, D_CONV))
+                # Decay per step is exp(-a * softplus(alpha + dt_bias)); as for Mamba above, dt
+                # spread log-uniformly over [0.001, 0.1] and rates over [0.01, 2] leave some
+                # heads with a long memory.
+                dt = np.exp(w.rng.uniform(np.log(1e-3), np.log(1e-1), size=QWEN35_V_HEADS))
+                writer.add_tensor(f"{p}.ssm_dt.bias", np.log(np.expm1(dt)).astype(np.float32))
+                a = -np.exp(w.rng.uniform(np.log(0.01), np.log(2.0), size=QWEN35_V_HEADS))
+                writer.add_tensor(f"{p}.ssm_a", a.astype(np.float32))
+                writer.add_tensor(f"{p}.ssm_beta.weight", w.normal(QWEN35_V_HEADS, N_EMBD))
+                writer.add_tensor(f"{p}.ssm_alpha.weight", w.normal(QWEN35_V_HEADS, N_EMBD))
+                writer.add_tensor(f"{p}.ssm_norm.weight", w.norm(QWEN35_HEAD_K_DIM))
+                writer.add_tensor(f"{p}.ssm_out.weight", w.normal(N_EMBD, value_dim))
+            else:  # gated full attention; attn_q holds the query and the gate, per head
+                writer.add_tensor(f"{p}.attn_q.weight", w.normal(2 * N_HEAD * QWEN35_HEAD_DIM, N_EMBD))
+                writer.add_tensor(f"{p}.attn_k.weight", w.normal(QWEN35_HEAD_COUNT_KV * QWEN35_HEAD_DIM, N_EMBD))
+                writer.add_tensor(f"{p}.attn_v.weight", w.normal(QWEN35_HEAD_COUNT_KV * QWEN35_HEAD_DIM, N_EMBD))
+                writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * QWEN35_HEAD_DIM))
+                writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(QWEN35_HEAD_DIM))
+                writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(QWEN35_HEAD_DIM))
+            writer.add_tensor(f"{p}.post_attention_norm.weight", w.norm(N_EMBD))
+            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+
+    return _write(
+        path,
+        "qwen35",
+        hparams,
+        tensors,
+        chat_template=sdist_template(QWEN35_TEMPLATE),
+        extra_tokens=QWEN35_TOKENS,
+    )
+
+
+KINDS: dict[str, Callable[[Path], Path]] = {
+    "mamba": write_mamba,
+    "hybrid": write_hybrid,
+    "gemma4": write_gemma4,
+    "qwen35": write_qwen35,
+}
 
 
 def tiny_model(kind: str, cache_dir: Path | None = None) -> Path:
-    """Path of the tiny ``kind`` model ("mamba" or "hybrid"), written on first use.
+    """Path of the tiny ``kind`` model (one of ``KINDS``), written on first use.
 
     The file lives in ``cache_dir`` (default: ``tiny/`` under pyshim's model cache,
     ``~/.cache/pyshim/models/tiny/`` unless ``PYSHIM_CACHE`` is set) and is written again

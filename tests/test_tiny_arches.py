@@ -1,0 +1,161 @@
+"""The tiny Gemma 4 and Qwen3.5 models (tests/tiny_models.py) load, render their real chat
+templates, generate and reuse their caches: a sliding-window model whose window (32 tokens)
+is shorter than the prompts, and a hybrid of Gated DeltaNet and attention layers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import gguf
+import pytest
+from conftest import WEATHER_TOOL
+from tiny_models import GEMMA4_TEMPLATE, QWEN35_TEMPLATE, sdist_template, tiny_model
+
+import pyshim
+
+KINDS = ["gemma4", "qwen35"]
+
+FILLER = "hello " * 40  # about 40 tokens: longer than gemma4's window
+
+HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "sunny, 21 C"},
+    {"role": "assistant", "content": "It is sunny in Paris."},
+    {"role": "user", "content": "And in Rome?"},
+]
+
+# Markers each real template writes for the conversation above (with the tool offered).
+MARKERS = {
+    "gemma4": ["<|tool>", "<|turn>user\n", "<|tool_call>call:get_weather", "<|tool_response>", "<|turn>model\n"],
+    "qwen35": [
+        "<tools>",
+        "<|im_start|>user\n",
+        "<tool_call>\n<function=get_weather>",
+        "<tool_response>",
+        "<|im_start|>assistant\n",
+    ],
+}
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def tiny(request: pytest.FixtureRequest) -> Iterator[tuple[str, pyshim.Model]]:
+    with pyshim.Model(tiny_model(request.param), n_ctx=1024, temperature=0) as m:
+        yield request.param, m
+
+
+def test_file_has_both_layer_kinds_and_the_real_template(tiny) -> None:
+    kind, m = tiny
+    reader = gguf.GGUFReader(tiny_model(kind))
+    fields = reader.fields
+    assert fields["general.architecture"].contents() == kind
+    template = fields["tokenizer.chat_template"].contents()
+    assert template == sdist_template(GEMMA4_TEMPLATE if kind == "gemma4" else QWEN35_TEMPLATE)
+    stats = m.stats()
+    if kind == "gemma4":
+        assert set(fields["gemma4.attention.sliding_window_pattern"].contents()) == {True, False}
+        assert stats["n_swa"] == 32 and not stats["swa_full"] and not stats["recurrent"]
+    else:
+        names = {t.name for t in reader.tensors}
+        assert "blk.0.ssm_conv1d.weight" in names and "blk.1.attn_q.weight" in names  # DeltaNet, attention
+        assert stats["recurrent"]
+
+
+def test_real_template_renders_tools_and_history(tiny) -> None:
+    kind, m = tiny
+    r = m.generate(HISTORY, [WEATHER_TOOL], max_tokens=1, _test={"prepare_only": True})
+    prompt = r["prepared"]["prompt"]
+    for marker in MARKERS[kind]:
+        assert marker in prompt, f"{kind}: {marker!r} missing from the rendered prompt"
+    assert prompt.index(MARKERS[kind][2]) < prompt.index("It is sunny in Paris.") < prompt.index("And in Rome?")
+
+
+def test_generates_and_reuses_across_turns(tiny) -> None:
+    kind, m = tiny
+    m.reset()
+    u1 = {"role": "user", "content": FILLER}
+    turns = [[u1], [u1, {"role": "assistant", "content": "x"}, {"role": "user", "content": "more please"}]]
+    turns.append([*turns[1], {"role": "assistant", "content": "y"}, {"role": "user", "content": "and again"}])
+    results = [m.generate(t, max_tokens=4) for t in turns]
+    for r in results:
+        assert r["n_decoded"] >= 1 and r["finish_reason"] in ("length", "stop")
+    assert results[0]["n_prompt"] > 32
+    # The third turn extends the second's history, whose last message starts at a checkpoint:
+    # at least the first turn's prompt, less its generation prompt, is reused.
+    assert results[2]["n_reused"] >= results[0]["n_prompt"] - 4, [r["n_reused"] for r in results]
+    if kind == "gemma4":
+        # The generation prompt is what the history renders, so the whole first prompt is reused,
+        # through a checkpoint (the window is smaller than the prompt).
+        assert results[1]["n_reused"] >= results[0]["n_prompt"] - 1
+    else:
+        # Qwen3.5 renders the reply without the <think> that the generation prompt opened: the
+        # second turn diverges where the reply's turn opens, and reuses the checkpoint there.
+        assert results[1]["n_reused"] >= results[0]["n_prompt"] - 8, [r["n_reused"] for r in results]
+    assert m.stats()["cache"]["n_checkpoints"] > 0
+
+
+def _same_up_to_a_near_tie(fresh: dict, reused: dict) -> bool:
+    """The same greedy tokens, except that from a token where fresh's two best were within 0.05
+    (llama.cpp's kernels round other batch shapes differently) the rest may differ."""
+    for a, b in zip(fresh["logprobs"]["content"], reused["logprobs"]["content"], strict=False):
+        if a["id"] != b["id"]:
+            best = sorted((t["logprob"] for t in a["top_logprobs"]), reverse=True)
+            return len(best) > 1 and best[0] - best[1] < 0.05
+        if abs(a["logprob"] - b["logprob"]) > 0.05:
+            return False
+    return True
+
+
+def _exact(a: dict, b: dict) -> float:
+    from oracle import largest_difference
+
+    return largest_difference(a, b)
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["windowed", "deterministic"])
+def test_gemma4_the_sequence_that_broke_llama_cpp_python(swa_full: bool) -> None:
+    """What made llama-cpp-python's second call on Gemma 4 fail ("error during generation" after
+    a shared BOS, stale position maps left by seq_rm): two unrelated conversations back to back
+    (they share only BOS and the template's opening), then one growing over ten calls, then an
+    edit of its first message.
+    Every call succeeds and reuses where it can; with "deterministic" every call's tokens and log
+    probabilities equal a fresh handle's bit for bit, and with the windowed cache (swa_full false,
+    the window shorter than the prompts) its greedy tokens equal a fresh windowed handle's."""
+    from oracle import GREEDY
+
+    config = {"n_ctx": 2048, "temperature": 0}
+    config |= {"deterministic": True} if swa_full else {"swa_full": False}
+    path = tiny_model("gemma4")
+    words = ["river", "copper", "lantern", "meadow", "falcon", "quartz", "harbor", "ember"]
+
+    def say(i: int, n: int = 30) -> str:
+        return " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(n)) + "."
+
+    calls = [[{"role": "user", "content": say(0)}], [{"role": "user", "content": "Another topic. " + say(1)}]]
+    conv: list[dict] = [{"role": "system", "content": "Be brief. " + say(2)}]
+    for turn in range(10):
+        conv = [*conv, {"role": "user", "content": say(3 + turn, 12)}]
+        calls.append(conv)
+        conv = [*conv, {"role": "assistant", "content": say(20 + turn, 6)}]
+    edited = [dict(m) for m in calls[-1]]
+    edited[1] = {"role": "user", "content": "Edited. " + say(40, 12)}
+    calls.append(edited)
+    with pyshim.Model(path, **config) as m, pyshim.Model(path, **config) as fresh:
+        reused = []
+        for messages in calls:
+            r = m.generate(messages, max_tokens=4, **GREEDY)
+            f = fresh.generate(messages, max_tokens=4, cache_prompt=False, **GREEDY)
+            if swa_full:
+                assert _exact(f, r) == 0, f"call {len(reused)}: reuse differs from a fresh evaluation"
+            else:
+                assert _same_up_to_a_near_tie(f, r), f"call {len(reused)}: windowed reuse chose other tokens"
+            reused.append(r["n_reused"])
+    assert reused[1] < 16, reused  # the unrelated second conversation shares only the template's opening
+    assert all(n > 0 for n in reused[3:12]), reused  # the growing conversation reuses every turn
+    assert reused[12] < reused[11], reused  # the edit of the first message cuts reuse short
