@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import aio
+from . import aio, anthropic_api
 from .errors import InvalidRequest
 from .model import Model
 from .openai_api import ApiError, ChatRequest, Completion, error_body, parse_request
@@ -272,6 +272,57 @@ async def chat_completions(request: Request) -> Response:
         return _error_response(e)
 
 
+async def anthropic_messages(request: Request) -> Response:
+    """``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic's Messages API, with its
+    key headers and error shape (the translation is pyshim/anthropic_api.py)."""
+    started = time.perf_counter()
+    door: Door = request.app.state.door
+    try:
+        key = anthropic_api.api_key(request.headers)
+        want = door.settings.api_key
+        if want is not None and (key is None or not hmac.compare_digest(key.encode(), want.encode())):
+            raise ApiError(401, "invalid x-api-key")
+        model = door.ready()
+        counting = request.url.path.endswith("/count_tokens")
+        body = await _read_json(request, door.settings.max_request_bytes)
+        req = anthropic_api.parse_request(body, request.headers.get("x-session-id"), key, count=counting)
+        door.check_model(req.model)
+        msg = anthropic_api.Message(door.settings.name, req)
+        if not req.stream:
+            result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
+            answer = anthropic_api.count_response(result) if counting else msg.response(result)
+            return _timed(JSONResponse(answer), started, _model_ms(result))
+        stream = aio.astream(model, req.messages, req.tools, **req.options)
+        deltas = aiter(stream)
+        try:  # the first delta before the headers, as in chat_completions
+            first = await _unless_disconnected(request, anext(deltas, None))
+        except BaseException:
+            await stream.aclose()
+            raise
+
+        async def events(out: anthropic_api.MessageStream, delta: Any) -> AsyncIterator[str]:
+            try:
+                head = out.start()
+                while delta is not None:
+                    if chunk := head + out.delta(delta):
+                        yield chunk
+                        head = ""
+                    delta = await anext(deltas, None)
+                assert stream.result is not None
+                yield head + out.finish(stream.result)
+            except Exception as e:  # after the 200 went out, an error can only travel as an event
+                yield out.error(_error(e))
+            finally:
+                await stream.aclose()
+
+        return _EventStream(events(anthropic_api.MessageStream(msg), first))
+    except _ClientGone:
+        return Response(status_code=499)
+    except Exception as e:
+        answer, status = anthropic_api.error_response(_error(e))
+        return JSONResponse(answer, status_code=status)
+
+
 async def list_models(request: Request) -> Response:
     door: Door = request.app.state.door
     door.check_key(request)
@@ -330,6 +381,8 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/messages", anthropic_messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", anthropic_messages, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
