@@ -450,6 +450,30 @@ void use_template_grammar(const llama_vocab * vocab, const common_chat_params & 
     }
 }
 
+// A grammar whose output must come right after the generation prompt, for a template that
+// opens a thinking block there (Qwen3.5's "<think>\n"): the output first closes the block, or
+// the parser would read the whole call (or the schema's JSON) as reasoning.
+std::string after_open_thinking(const common_chat_params & chat, std::string grammar) {
+    const std::string & gp  = chat.generation_prompt;
+    const std::string & tag = chat.thinking_start_tag;
+    const size_t        end = gp.find_last_not_of(" \n");
+    if (tag.empty() || chat.thinking_end_tags.empty() || end == std::string::npos || end + 1 < tag.size() ||
+        gp.compare(end + 1 - tag.size(), tag.size(), tag) != 0) {
+        return grammar;
+    }
+    const size_t root = grammar.find("root ::=");
+    if (root == std::string::npos || (root > 0 && grammar[root - 1] != '\n')) {
+        return grammar;
+    }
+    grammar.replace(root, 4, "after-thinking");
+    std::string close = chat.thinking_end_tags.front();
+    std::string quoted;
+    for (char c : close) {
+        quoted += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    }
+    return "root ::= \"" + quoted + "\" [ \\n]* after-thinking\n" + grammar;
+}
+
 // Grammar: ours where the output must be valid by construction, else the template's
 // lazy one, joined (when recovery may read it) by the lazy grammar for a call written
 // as bare JSON, the form small models fall back to (tool_grammar.h).
@@ -458,9 +482,11 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
     common_params_sampling & s = r.sampling;
     try {
         if (forced) {
-            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, forced_call_grammar(tools, named, parallel));
+            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER,
+                                       after_open_thinking(r.chat, forced_call_grammar(tools, named, parallel)));
         } else if (!schema.is_null()) {
-            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, json_schema_to_grammar(common_json::parse(dump(schema))));
+            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER,
+                                       after_open_thinking(r.chat, json_schema_to_grammar(common_json::parse(dump(schema)))));
         } else if (tools_active) {
             if (!r.chat.grammar.empty()) {
                 use_template_grammar(vocab, r.chat, s);

@@ -164,6 +164,9 @@ def prepared(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any
 
 
 def digest(p: dict[str, Any]) -> str:
+    # generation_start (where the reply's turn opens, a checkpoint's place) came after the
+    # digests were recorded; it is read off the same render and tokens as the rest
+    p = {k: v for k, v in p.items() if k != "generation_start"}
     return hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()
 
 

@@ -451,17 +451,20 @@ def _raw_stream_request(url: str, messages: list[dict[str, str]]) -> socket.sock
 
 def test_other_clients_stalls_leave_a_stream_flowing(roomy_url: str) -> None:
     """Beside a streaming client: a 3 MB body (refused: too long for the context), a client that
-    never reads its stream of a long prompt, and one that reads its stream slowly. The stream's
-    largest gap stays within 0.5 s of its largest gap alone (the stalls were seconds)."""
+    never reads its stream, and one that reads its stream slowly. The stream's largest gap stays
+    within 0.5 s of its largest gap alone (the stalls were seconds)."""
     alone = _stream_gaps(roomy_url, "steady")
-    long_prompt = [{"role": "user", "content": " ".join(f"word{i}" for i in range(400))}]
-    never = _raw_stream_request(roomy_url, long_prompt)
+    # Short prompts: another call's prompt chunks (up to n_batch tokens each, between decode
+    # steps) are a cost el_shim.h states, not a stall; what is measured here is that nothing
+    # else the other clients do holds the stream up.
+    prompt = [{"role": "user", "content": "Count from one to a hundred."}]
+    never = _raw_stream_request(roomy_url, prompt)
 
     def slow_reader() -> int:
         n = 0
         with httpx.stream(
             "POST", f"{roomy_url}/v1/chat/completions", timeout=120,
-            json={"model": SMOL, "messages": long_prompt, "stream": True, "max_tokens": 40},
+            json={"model": SMOL, "messages": prompt, "stream": True, "max_tokens": 40},
         ) as r:  # fmt: skip
             for _ in r.iter_lines():
                 n += 1
@@ -475,7 +478,7 @@ def test_other_clients_stalls_leave_a_stream_flowing(roomy_url: str) -> None:
 
     try:
         slow, slow_out = _in_thread(slow_reader)
-        time.sleep(0.5)  # the never-reader's and the slow reader's prompts are being evaluated
+        time.sleep(0.5)  # the never-reader and the slow reader decode beside the stream
         big, big_out = _in_thread(lambda: [huge() for _ in range(3)])
         gaps = _stream_gaps(roomy_url, "steady")
         big.join(120)

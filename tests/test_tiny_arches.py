@@ -4,11 +4,13 @@ is shorter than the prompts, and a hybrid of Gated DeltaNet and attention layers
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import gguf
 import pytest
 from conftest import WEATHER_TOOL
+from oracle import GREEDY, largest_difference
 from tiny_models import GEMMA4_TEMPLATE, QWEN35_TEMPLATE, sdist_template, tiny_model
 
 import pyshim
@@ -113,8 +115,6 @@ def _same_up_to_a_near_tie(fresh: dict, reused: dict) -> bool:
 
 
 def _exact(a: dict, b: dict) -> float:
-    from oracle import largest_difference
-
     return largest_difference(a, b)
 
 
@@ -127,8 +127,6 @@ def test_gemma4_the_sequence_that_broke_llama_cpp_python(swa_full: bool) -> None
     Every call succeeds and reuses where it can; with "deterministic" every call's tokens and log
     probabilities equal a fresh handle's bit for bit, and with the windowed cache (swa_full false,
     the window shorter than the prompts) its greedy tokens equal a fresh windowed handle's."""
-    from oracle import GREEDY
-
     config = {"n_ctx": 2048, "temperature": 0}
     config |= {"deterministic": True} if swa_full else {"swa_full": False}
     path = tiny_model("gemma4")
@@ -159,3 +157,62 @@ def test_gemma4_the_sequence_that_broke_llama_cpp_python(swa_full: bool) -> None
     assert reused[1] < 16, reused  # the unrelated second conversation shares only the template's opening
     assert all(n > 0 for n in reused[3:12]), reused  # the growing conversation reuses every turn
     assert reused[12] < reused[11], reused  # the edit of the first message cuts reuse short
+
+
+ENUM_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "get_weather"}}], ids=["required", "named"]
+)
+def test_forced_calls_come_back_parsed_through_the_real_template(tiny, choice) -> None:
+    """With the model's own template (Gemma 4's, Qwen3.5's), a forced call on the random model
+    comes back as a parsed tool call whose arguments match the schema, and the streamed deltas
+    add up to the result."""
+    _, m = tiny
+    m.reset()
+    ask = [*HISTORY[:-1], {"role": "user", "content": "And in Rome?"}]
+    # an enum keeps a random model's arguments short (a free string could run to any length)
+    r = m.generate(ask, [ENUM_WEATHER], tool_choice=choice, max_tokens=200)
+    assert r["finish_reason"] == "tool_calls" and len(r["tool_calls"]) >= 1, r
+    call = r["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather"
+    assert json.loads(call["arguments"]).get("city") in ("Paris", "Rome"), call
+    m.reset()
+    deltas = list(m.stream(ask, [ENUM_WEATHER], tool_choice=choice, max_tokens=200))
+    streamed: dict[int, dict[str, str]] = {}
+    for d in deltas:
+        for tc in d.get("tool_calls") or []:
+            entry = streamed.setdefault(tc["index"], {"name": "", "arguments": ""})
+            entry["name"] += tc.get("function", {}).get("name") or ""
+            entry["arguments"] += tc.get("function", {}).get("arguments") or ""
+    assert [streamed[i] for i in sorted(streamed)] == [t["function"] for t in r["tool_calls"]]
+
+
+def test_a_tool_history_reuses_exactly(tiny) -> None:
+    """A conversation with assistant tool calls and tool results, grown turn by turn through the
+    real template on deterministic handles: each turn reuses the last and computes exactly what
+    a fresh handle computes."""
+    kind, _ = tiny
+    config = {"n_ctx": 2048, "temperature": 0, "deterministic": True}
+    path = tiny_model(kind)
+    with pyshim.Model(path, **config) as m, pyshim.Model(path, **config) as fresh:
+        for turn in range(1, len(HISTORY) + 1):
+            conv = HISTORY[:turn]
+            if conv[-1]["role"] == "assistant":
+                continue
+            r = m.generate(conv, [WEATHER_TOOL], max_tokens=3, **GREEDY)
+            f = fresh.generate(conv, [WEATHER_TOOL], max_tokens=3, cache_prompt=False, **GREEDY)
+            assert largest_difference(f, r) == 0, f"{kind}: turn {turn} differs from a fresh evaluation"
+            if turn > 1:
+                assert r["n_reused"] > 0, f"{kind}: turn {turn} reused nothing"
