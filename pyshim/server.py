@@ -1,7 +1,8 @@
-"""``python -m pyshim serve``: the OpenAI-compatible HTTP door over one model (Starlette + uvicorn).
+"""``python -m pyshim serve``: the OpenAI- and Anthropic-compatible HTTP door over one model (Starlette + uvicorn).
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``.
-Every error is answered in OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``
+(OpenAI's shapes, errors ``{"error": {"message", "type", "param", "code"}}``), and ``POST /v1/messages``,
+``POST /v1/messages/count_tokens`` (Anthropic's shapes and errors, ``pyshim/anthropic_api.py``).
 
 The invariants this module keeps:
 - the event loop never blocks: each library call runs in a worker thread (``pyshim.aio``);
@@ -375,7 +376,7 @@ def create_app(settings: Settings) -> Starlette:
                 CORSMiddleware,
                 allow_origins=settings.cors_origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type", "X-Session-Id"],
+                allow_headers=["Authorization", "Content-Type", "X-Session-Id", "X-Api-Key", "Anthropic-Version"],
             )
         )
     app = Starlette(

@@ -9,18 +9,12 @@ translation in ``pyshim/anthropic_api.py`` on its own.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
-from conftest import QWEN, ROOT, SMOL
+from conftest import QWEN, SMOL
 
 from pyshim import anthropic_api
 from pyshim.openai_api import ApiError
@@ -46,46 +40,6 @@ ADD = {
         "required": ["a", "b"],
     },
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def start_server() -> Iterator[Any]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> str:
-        port = _free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("PYSHIM_API_KEY", None)
-        cmd = [sys.executable, "-m", "pyshim", "serve", *args, "--port", str(port), "--log-level", "warning"]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}: {proc.stdout.read().decode()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    return url
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail("server did not become healthy")
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
