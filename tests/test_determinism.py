@@ -26,6 +26,7 @@ CASES = [
     ("hybrid", "tiny:hybrid", 40),
     ("gemma4", "tiny:gemma4", 20),  # interleaved sliding window (32 tokens) and global layers
     ("qwen35", "tiny:qwen35", 20),  # Gated DeltaNet and attention layers
+    ("lfm2", "tiny:lfm2", 20),  # short convolutions and attention layers
 ]
 OPS = ["append", "tool", "append", "edit", "stream", "append", "drop", "fail", "append", "tool"]
 

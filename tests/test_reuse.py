@@ -25,6 +25,7 @@ CASES = [
     ("hybrid", "tiny:hybrid", {}, 60),
     ("gemma4-swa", "tiny:gemma4", {"swa_full": False}, 20),
     ("qwen35", "tiny:qwen35", {}, 20),
+    ("lfm2", "tiny:lfm2", {}, 20),
 ]
 
 

