@@ -25,7 +25,8 @@ CASES = [
     ("hybrid", "tiny:hybrid", {}, 60),
     ("gemma4-swa", "tiny:gemma4", {"swa_full": False}, 20),
     ("qwen35", "tiny:qwen35", {}, 20),
-    ("lfm2", "tiny:lfm2", {}, 20),
+    # lfm2 is not here: a reversed prefix moves its next-token KL by 0.011 only, under the bound,
+    # so this oracle cannot see corruption on it; the exact oracle covers it (test_determinism)
 ]
 
 
