@@ -262,6 +262,27 @@ _AddHParams = Callable[[gguf.GGUFWriter], None]
 _AddTensors = Callable[[gguf.GGUFWriter, _Weights], None]
 
 
+def _add_attention(
+    writer: gguf.GGUFWriter, w: _Weights, p: str, head_dim: int, n_head_kv: int, q_rows: int = 0, norms: bool = True
+) -> None:
+    """A block's attention projections (``q_rows``: the query's, when it holds more than the
+    heads, as Qwen3.5's query and gate do), with per-head Q/K norms where the model has them."""
+    writer.add_tensor(f"{p}.attn_q.weight", w.normal(q_rows or N_HEAD * head_dim, N_EMBD))
+    writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+    writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
+    writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * head_dim))
+    if norms:
+        writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(head_dim))
+        writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(head_dim))
+
+
+def _add_swiglu(writer: gguf.GGUFWriter, w: _Weights, p: str) -> None:
+    """A block's SwiGLU feed-forward."""
+    writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
+    writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
+    writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+
+
 def _write(
     path: Path,
     arch: str,
@@ -347,14 +368,9 @@ def write_hybrid(path: Path) -> Path:
             if n_head_kv == 0:
                 _add_mamba_layer(writer, w, i, jamba=True)
             else:
-                writer.add_tensor(f"{p}.attn_q.weight", w.normal(N_EMBD, N_EMBD))
-                writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-                writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-                writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_EMBD))
+                _add_attention(writer, w, p, head_dim, n_head_kv, norms=False)
             writer.add_tensor(f"{p}.ffn_norm.weight", w.norm(N_EMBD))
-            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+            _add_swiglu(writer, w, p)
 
     return _write(path, "jamba", hparams, tensors)
 
@@ -400,17 +416,10 @@ def write_gemma4(path: Path) -> Path:
             p = f"blk.{i}"
             head_dim = GEMMA4_HEAD_DIM_SWA if swa else GEMMA4_HEAD_DIM_FULL
             writer.add_tensor(f"{p}.attn_norm.weight", w.norm(N_EMBD))
-            writer.add_tensor(f"{p}.attn_q.weight", w.normal(N_HEAD * head_dim, N_EMBD))
-            writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-            writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-            writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * head_dim))
-            writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(head_dim))
-            writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(head_dim))
+            _add_attention(writer, w, p, head_dim, n_head_kv)
             writer.add_tensor(f"{p}.post_attention_norm.weight", w.norm(N_EMBD, GEMMA4_POST_NORM))
             writer.add_tensor(f"{p}.ffn_norm.weight", w.norm(N_EMBD))
-            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+            _add_swiglu(writer, w, p)
             writer.add_tensor(f"{p}.post_ffw_norm.weight", w.norm(N_EMBD, GEMMA4_POST_NORM))
             writer.add_tensor(f"{p}.layer_output_scale.weight", w.norm(1))
 
@@ -475,16 +484,10 @@ def write_qwen35(path: Path) -> Path:
                 writer.add_tensor(f"{p}.ssm_norm.weight", w.norm(QWEN35_HEAD_K_DIM))
                 writer.add_tensor(f"{p}.ssm_out.weight", w.normal(N_EMBD, value_dim))
             else:  # gated full attention; attn_q holds the query and the gate, per head
-                writer.add_tensor(f"{p}.attn_q.weight", w.normal(2 * N_HEAD * QWEN35_HEAD_DIM, N_EMBD))
-                writer.add_tensor(f"{p}.attn_k.weight", w.normal(QWEN35_HEAD_COUNT_KV * QWEN35_HEAD_DIM, N_EMBD))
-                writer.add_tensor(f"{p}.attn_v.weight", w.normal(QWEN35_HEAD_COUNT_KV * QWEN35_HEAD_DIM, N_EMBD))
-                writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * QWEN35_HEAD_DIM))
-                writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(QWEN35_HEAD_DIM))
-                writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(QWEN35_HEAD_DIM))
+                q_rows = 2 * N_HEAD * QWEN35_HEAD_DIM
+                _add_attention(writer, w, p, QWEN35_HEAD_DIM, QWEN35_HEAD_COUNT_KV, q_rows=q_rows)
             writer.add_tensor(f"{p}.post_attention_norm.weight", w.norm(N_EMBD))
-            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+            _add_swiglu(writer, w, p)
 
     return _write(
         path,
@@ -524,16 +527,9 @@ def write_lfm2(path: Path) -> Path:
                 writer.add_tensor(f"{p}.shortconv.conv.weight", w.normal(N_EMBD, LFM2_L_CACHE))
                 writer.add_tensor(f"{p}.shortconv.out_proj.weight", w.normal(N_EMBD, N_EMBD))
             else:
-                writer.add_tensor(f"{p}.attn_q.weight", w.normal(N_HEAD * head_dim, N_EMBD))
-                writer.add_tensor(f"{p}.attn_k.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-                writer.add_tensor(f"{p}.attn_v.weight", w.normal(n_head_kv * head_dim, N_EMBD))
-                writer.add_tensor(f"{p}.attn_output.weight", w.normal(N_EMBD, N_HEAD * head_dim))
-                writer.add_tensor(f"{p}.attn_q_norm.weight", w.norm(head_dim))
-                writer.add_tensor(f"{p}.attn_k_norm.weight", w.norm(head_dim))
+                _add_attention(writer, w, p, head_dim, n_head_kv)
             writer.add_tensor(f"{p}.ffn_norm.weight", w.norm(N_EMBD))
-            writer.add_tensor(f"{p}.ffn_gate.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_up.weight", w.normal(N_FF, N_EMBD))
-            writer.add_tensor(f"{p}.ffn_down.weight", w.normal(N_EMBD, N_FF))
+            _add_swiglu(writer, w, p)
 
     return _write(
         path,
