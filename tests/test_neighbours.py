@@ -190,7 +190,7 @@ def test_a_blocking_callback_holds_up_no_other_call(kind: str, extra: dict, tool
         assert max(gaps) <= max(alone) + GAP_BOUND_S, (max(gaps), max(alone))
         # waited for once, not at every step: a step that waits the 10 ms grace for A's token
         # every time adds 10 ms to each of B's gaps (~8 ms a token alone)
-        assert statistics.median(gaps) <= statistics.median(alone) + 0.004, (statistics.median(gaps), alone)
+        assert statistics.median(gaps) <= statistics.median(alone) + 0.006, (statistics.median(gaps), alone)
         assert "error" not in join_a()
 
 
