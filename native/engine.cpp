@@ -43,7 +43,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     Prepared p;
     p.t0         = steady::now();
     p.call.epoch = epoch;
-    {
+    if (closing || dead_) {  // the reason is read under mu; a live handle does not wait for it here
         std::lock_guard<std::mutex> lock(mu);
         check_open();
     }

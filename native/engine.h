@@ -174,13 +174,11 @@ class Engine {
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot
     llama_batch               batch_{};          // n_batch tokens, reused by every evaluation
-    // The calls in flight (for el_cancel_request) and those whose tokens the running
-    // llama_decode evaluates (for its abort callback and the RPC watchdog); both read from
-    // other threads.
-    std::mutex                calls_mu_;
-    std::vector<Call *>       in_flight_;
-    std::vector<const Call *> evaluating_;
-    std::list<std::vector<const Call *>> working_;  // for whom the backend works now (Working)
+    // The calls in flight (for el_cancel_request) and those the backend works for now (Working:
+    // for llama_decode's abort callback and the RPC watchdog); both read from other threads.
+    std::mutex                           calls_mu_;
+    std::vector<Call *>                  in_flight_;
+    std::list<std::vector<const Call *>> working_;
     // What the context evaluated, for el_stats: decode steps (one token per call in it) and
     // prompt batches, with the time llama_decode took for them. Under mu.
     struct {
@@ -194,7 +192,8 @@ class Engine {
 
     // Set when the backend fails fatally (a lost GPU, a failed compute): every later
     // call on the handle is refused, since nothing it computes could be trusted.
-    std::string dead_reason_;
+    std::string       dead_reason_;
+    std::atomic<bool> dead_{false};  // !dead_reason_.empty(), readable without mu
     bool        dead_free_ok_ = false;  // dead from a lost RPC server: freeing is still safe
 };
 

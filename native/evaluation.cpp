@@ -27,6 +27,7 @@ void Engine::decode_failed(int32_t rc, const char * where) {
         // freeing the context and model at el_close stays safe (remote buffers on the
         // servers still alive are freed too).
         dead_free_ok_ = true;
+        dead_         = true;
         dead_reason_ = "lost the RPC server " + rpc_.lost() + " while " + where +
                        (rpc_.interrupted() ? " (no answer " + std::to_string(RpcLink::kGraceMs) +
                                                  " ms after the call's timeout or cancel; the connection was cut)"
@@ -35,6 +36,7 @@ void Engine::decode_failed(int32_t rc, const char * where) {
         throw std::runtime_error(dead_reason_);
     }
     if (rc < -1) {
+        dead_        = true;
         dead_reason_ = "the backend failed while " + std::string(where) + " (llama_decode status " +
                        std::to_string(rc) + "); the device may be lost. This handle is dead: close it and open a new one";
         throw std::runtime_error(dead_reason_);
@@ -72,9 +74,7 @@ template <typename Calls> bool Engine::all_stop(const Calls & calls) const {
 }
 
 bool Engine::abort_callback(void * data) {
-    Engine * e = static_cast<Engine *>(data);
-    std::lock_guard<std::mutex> lock(e->calls_mu_);
-    return e->all_stop(e->evaluating_);
+    return static_cast<Engine *>(data)->evaluation_should_stop();
 }
 
 void Engine::cancel_request(const std::string & request_id) {
@@ -116,9 +116,10 @@ Engine::Working::~Working() {
     e.working_.erase(at);
 }
 
-// The RPC watchdog's stop condition, registered once for the handle's life (opening.cpp): the
-// backend is working (an evaluation, or a slot's state saved or restored) and every call it
-// works for should stop. Calls it does not work for (waiting, turning text) neither hold the
+// llama_decode's abort callback and the RPC watchdog's stop condition (registered once for the
+// handle's life, opening.cpp): the backend is working (an evaluation, or a slot's state saved
+// or restored) and every call it works for should stop, so one call's cancel or timeout never
+// cuts another's step. Calls it does not work for (waiting, turning text) neither hold the
 // watchdog back nor are cut by it.
 bool Engine::evaluation_should_stop() {
     std::lock_guard<std::mutex> lock(calls_mu_);
@@ -132,17 +133,8 @@ int32_t Engine::run_batch(const std::vector<const Call *> & calls) {
         return kDead;  // nothing evaluated after the failure could be trusted
     }
     const bool lost = std::any_of(calls.begin(), calls.end(), [](const Call * c) { return c->device_lost; });
-    const Working working(*this, calls);
-    {
-        std::lock_guard<std::mutex> lock(calls_mu_);
-        evaluating_ = calls;
-    }
-    const int32_t rc = lost ? -3 : check_remote(on_compute_lane([this] { return llama_decode(ctx_, batch_); }));
-    {
-        std::lock_guard<std::mutex> lock(calls_mu_);
-        evaluating_.clear();
-    }
-    return rc;
+    const Working working(*this, calls);  // for the abort callback and the RPC watchdog
+    return lost ? -3 : check_remote(on_compute_lane([this] { return llama_decode(ctx_, batch_); }));
 }
 
 // Evaluate tokens [from, to) of `toks` on top of the call's cache, one n_batch chunk per

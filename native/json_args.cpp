@@ -3,6 +3,7 @@
 #include "json_args.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace el {
 
@@ -10,13 +11,35 @@ void fail(const std::string & msg) { throw UserError(msg); }
 
 std::string dump(const json & j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// Where the string that opens at s[at] ('"') ends (its closing quote); npos if the text ends
+// first. Most of a message's bytes are inside strings: memchr finds each quote, and a quote
+// after an odd number of backslashes is part of the string.
+size_t json_string_end(std::string_view s, size_t at) {
+    for (size_t from = at + 1; from < s.size();) {
+        const void * q = std::memchr(s.data() + from, '"', s.size() - from);
+        if (q == nullptr) {
+            break;
+        }
+        const size_t quote = (size_t) (static_cast<const char *>(q) - s.data());
+        size_t       slashes = 0;
+        while (quote - slashes > at + 1 && s[quote - slashes - 1] == '\\') {
+            slashes++;
+        }
+        if (slashes % 2 == 0) {
+            return quote;
+        }
+        from = quote + 1;
+    }
+    return std::string_view::npos;
+}
+
 void check_depth(std::string_view s, const std::string & what) {
     size_t depth = 0;
     for (size_t i = 0; i < s.size(); i++) {
         const char c = s[i];
         if (c == '"') {
-            for (i++; i < s.size() && s[i] != '"'; i++) {
-                i += s[i] == '\\' ? 1 : 0;
+            if ((i = json_string_end(s, i)) == std::string_view::npos) {
+                return;  // an unterminated string: the parser says so
             }
         } else if (c == '[' || c == '{') {
             if (++depth > kMaxJsonDepth) {

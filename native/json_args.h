@@ -37,6 +37,10 @@ std::string dump(const json & j);
 // room and keeps the deepest walk far inside a 512 KiB stack.
 constexpr size_t kMaxJsonDepth = 512;
 
+// Where the JSON string that opens at s[at] ('"') ends (its closing quote); npos if the text
+// ends first.
+size_t json_string_end(std::string_view s, size_t at);
+
 // Throws UserError naming `what` when `text` nests deeper than kMaxJsonDepth (strings are
 // skipped; the text need not be valid JSON: the parser says what else is wrong).
 void check_depth(std::string_view text, const std::string & what);

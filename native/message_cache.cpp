@@ -23,28 +23,6 @@ size_t skip_space(std::string_view s, size_t at) {
     return at;
 }
 
-// Where the string that opens at s[at] ('"') ends (its closing quote); npos if the text ends
-// first. Most of a message's bytes are inside strings: memchr finds each quote, and a quote
-// after an odd number of backslashes is part of the string.
-size_t string_end(std::string_view s, size_t at) {
-    for (size_t from = at + 1; from < s.size();) {
-        const void * q = std::memchr(s.data() + from, '"', s.size() - from);
-        if (q == nullptr) {
-            break;
-        }
-        const size_t quote = (size_t) (static_cast<const char *>(q) - s.data());
-        size_t       slashes = 0;
-        while (quote - slashes > at + 1 && s[quote - slashes - 1] == '\\') {
-            slashes++;
-        }
-        if (slashes % 2 == 0) {
-            return quote;
-        }
-        from = quote + 1;
-    }
-    return std::string_view::npos;
-}
-
 // Where the object that opens at s[at] ('{') ends (one past its '}'), following strings and
 // nested brackets only; npos if the text ends first, or if it nests deeper than any JSON the
 // library reads (the whole read then words the error).
@@ -53,7 +31,7 @@ size_t object_end(std::string_view s, size_t at) {
     for (; at < s.size(); at++) {
         const char c = s[at];
         if (c == '"') {
-            at = string_end(s, at);
+            at = json_string_end(s, at);
             if (at == std::string_view::npos) {
                 return at;
             }

@@ -50,13 +50,15 @@ void PromptCache::save_checkpoint() {
     checkpoints_.push_back(std::move(cp));
 }
 
-size_t PromptCache::checkpoint_bytes() const {
+size_t checkpoint_bytes(const std::deque<Checkpoint> & checkpoints) {
     size_t total = 0;
-    for (const auto & c : checkpoints_) {
+    for (const auto & c : checkpoints) {
         total += c.data.size();
     }
     return total;
 }
+
+size_t PromptCache::checkpoint_bytes() const { return el::checkpoint_bytes(checkpoints_); }
 
 // Does the memory really hold positions [0, n) and nothing after? seq_rm
 // returning true is not enough: a sliding-window cache has evicted

@@ -27,6 +27,9 @@ struct Checkpoint {
     std::vector<uint8_t> data;
 };
 
+// Bytes the checkpoints hold.
+size_t checkpoint_bytes(const std::deque<Checkpoint> & checkpoints);
+
 // How a model's memory can be rolled back to a prefix.
 enum class MemoryKind {
     Trimmable,      // dense KV cache (or SWA with a full-size cache): seq_rm is exact
@@ -83,13 +86,7 @@ class PromptCache {
         // template that renders the last reply otherwise in the next call's history (Gemma 4,
         // Qwen3.5) would reuse nothing of it.
         std::deque<Checkpoint>   checkpoints;
-        size_t bytes() const {
-            size_t n = data.size();
-            for (const Checkpoint & c : checkpoints) {
-                n += c.data.size();
-            }
-            return n;
-        }
+        size_t bytes() const { return data.size() + el::checkpoint_bytes(checkpoints); }
     };
 
     bool save(Saved & out) const;

@@ -19,15 +19,15 @@ Slots::Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_chec
 // prompt (see route_by_prefix); else a slot to evict (see evict).
 // Deterministic: the same history of calls always picks the same slots.
 size_t Slots::pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
+    if (!can_pick(session)) {
+        return kBusy;
+    }
     size_t chosen = slots_.size();
     if (!session.empty()) {
         for (size_t i = 0; i < slots_.size(); i++) {
             if (slots_[i].session == session) {
                 chosen = i;
             }
-        }
-        if (chosen < slots_.size() && slots_[chosen].busy) {
-            return kBusy;
         }
     } else {
         chosen = route_by_prefix(prompt);

@@ -43,6 +43,21 @@ std::string strip_space(const std::string & s) {
     return out;
 }
 
+// Whether every byte is spelled by some token, as min_tokens' bound needs: a tokenizer that
+// drops the bytes it has no token for (a BPE vocabulary that is not byte-level) would make it
+// refuse prompts that fit. Every byte value, tokenized and spelled back, must come back.
+bool spells_every_byte(const llama_vocab * vocab) {
+    std::string probe = "a b\n";
+    for (int c = 1; c < 256; c++) {
+        probe += (char) c;
+    }
+    std::string back;
+    for (llama_token t : common_tokenize(vocab, probe, false, false)) {
+        back += common_token_to_piece(vocab, t, false);
+    }
+    return strip_space(back) == strip_space(probe);
+}
+
 }  // namespace
 
 std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::string & text) {
@@ -55,36 +70,24 @@ std::vector<llama_token> tokenize_prompt(const llama_vocab * vocab, const std::s
 }
 
 TokenCache::TokenCache(const llama_vocab * vocab) : vocab_(vocab) {
-    const int32_t n = llama_vocab_n_tokens(vocab);
-    for (llama_token id = 0; id < n; id++) {
+    const enum llama_vocab_type type    = llama_vocab_type(vocab);
+    const bool                  bounded = type == LLAMA_VOCAB_TYPE_BPE || type == LLAMA_VOCAB_TYPE_SPM;
+    const int32_t               n       = llama_vocab_n_tokens(vocab);
+    char                        buf[512];
+    for (llama_token id = 0; id < n; id++) {  // one pass over the vocabulary for both bounds
         if (llama_vocab_get_attr(vocab, id) & kSpecial) {
             max_special_len_ = std::max(max_special_len_, std::string(llama_vocab_get_text(vocab, id)).size());
         }
-    }
-    // An EOS appended by the tokenizer would sit in the middle of a reused prefix.
-    enabled_ = !llama_vocab_get_add_eos(vocab);
-    const enum llama_vocab_type type = llama_vocab_type(vocab);
-    if (type == LLAMA_VOCAB_TYPE_BPE || type == LLAMA_VOCAB_TYPE_SPM) {
-        char buf[512];
-        for (llama_token id = 0; id < n; id++) {
+        if (bounded) {
             const int32_t len = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, /*special=*/true);
             max_piece_len_    = std::max(max_piece_len_, (size_t) std::abs(len));
         }
-        // The bound needs every byte spelled by some token: a tokenizer that drops the bytes it
-        // has no token for (a BPE vocabulary that is not byte-level) would make it refuse prompts
-        // that fit. Every byte value, tokenized and spelled back, must come back.
-        std::string probe = "a b\n";
-        for (int c = 1; c < 256; c++) {
-            probe += (char) c;
-        }
-        std::string back;
-        for (llama_token t : common_tokenize(vocab, probe, false, false)) {
-            back += common_token_to_piece(vocab, t, false);
-        }
-        if (strip_space(back) != strip_space(probe)) {
-            max_piece_len_ = 0;
-        }
     }
+    if (bounded && !spells_every_byte(vocab)) {
+        max_piece_len_ = 0;
+    }
+    // An EOS appended by the tokenizer would sit in the middle of a reused prefix.
+    enabled_ = !llama_vocab_get_add_eos(vocab);
 }
 
 size_t TokenCache::min_tokens(const std::string & text) const {
