@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -34,10 +34,35 @@ $(VENV)/.stamp: pyproject.toml
 vendor: venv
 	$(PY) scripts/fetch_llama.py
 
-build: vendor
-	test -f $(BUILD)/build.ninja || cmake -S native -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# The library builds against the pinned tree with every patch that applies (vendor/llama.cpp).
+# LLAMA_PATCHES=none (or a comma-separated list of native/patches/ names) and LLAMA_CPP_DIR=/path
+# (a llama.cpp checkout, copied, never changed) build against a tree of the build's own, so the
+# patched one is never touched:
+#   make build LLAMA_PATCHES=none BUILD=build-nopatch   ->  build-nopatch/libel_shim.so
+# Such a build keeps its tree in $(BUILD)/vendor/llama.cpp and its objects in $(BUILD)/obj: the
+# same paths relative to the objects as the default build's, so that ccache (which hashes paths
+# relative to where the compiler runs) reuses every object whose source no patch changed.
+LLAMA_PATCHES ?= all
+LLAMA_CPP_DIR ?=
+OWN_TREE  := $(if $(and $(filter all,$(LLAMA_PATCHES)),$(if $(LLAMA_CPP_DIR),,default)),,yes)
+LLAMA_SRC := $(if $(OWN_TREE),$(BUILD)/vendor/llama.cpp,vendor/llama.cpp)
+OBJ       := $(if $(OWN_TREE),$(BUILD)/obj,$(BUILD))
+
+build: venv
+	$(PY) scripts/fetch_llama.py --dest $(LLAMA_SRC) --patches $(LLAMA_PATCHES) $(if $(LLAMA_CPP_DIR),--source $(LLAMA_CPP_DIR))
+	test -f $(OBJ)/build.ninja || cmake -S native -B $(OBJ) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DLLAMA_DIR=$(abspath $(LLAMA_SRC)) \
 	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache $(CMAKE_FLAGS)
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(OBJ) -j $(JOBS) $(if $(OWN_TREE),--target el_shim && ln -sf obj/libel_shim.so $(BUILD)/libel_shim.so)
+
+# The fallback never rots: the library built with no patch at all, and the suites whose code
+# paths the patches change run against it (render and tokenizer exactness against the same
+# recorded digests as the patched build, tool grammars and parsers, reuse; determinism where
+# the unpatched kernels allow it, refused with a clear error elsewhere).
+NOPATCH_TESTS := tests/test_patches.py tests/test_render_exact.py tests/test_token_cache.py tests/test_tool_grammar.py
+test-nopatch: models
+	$(MAKE) build LLAMA_PATCHES=none BUILD=build-nopatch
+	PYSHIM_LIB=$(CURDIR)/build-nopatch/libel_shim.so $(PY) -m pytest $(NOPATCH_TESTS) -q
 
 models: venv
 	$(PY) -m pyshim models fetch $(TEST_MODELS)
@@ -48,6 +73,7 @@ lint: venv
 
 test: build models lint rpc-server
 	$(PY) -m pytest tests -q
+	$(MAKE) test-nopatch
 	$(MAKE) sanitize
 
 # `pip wheel .` from a copy of this tree with empty pyshim and pip caches: compiles llama.cpp

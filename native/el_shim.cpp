@@ -32,6 +32,7 @@
 
 #include "engine.h"
 #include "json_args.h"
+#include "patched.h"
 #include "request.h"
 
 #include <cstdlib>
@@ -185,6 +186,8 @@ char * generate_on(el_handle * handle, const char * messages_json, const char * 
 extern "C" {
 
 EL_API const char * el_version(void) { return EL_ABI_VERSION " (llama.cpp " EL_LLAMA_COMMIT ")"; }
+
+EL_API const char * el_build_info(void) { return el::patched::build_info(); }
 
 EL_API const char * el_last_error(void) { return t_last_error.c_str(); }
 

@@ -178,8 +178,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 7
-#define EL_ABI_VERSION "1.7"
+#define EL_ABI_VERSION_MINOR 8
+#define EL_ABI_VERSION "1.8"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -196,6 +196,18 @@ typedef struct el_handle el_handle;
 ** free it. Thread-safe.
 */
 EL_API const char *el_version(void);
+
+/*
+** el_build_info (1.8): what this library was built from, as a JSON object:
+** {"abi_version", "llama_cpp" (the commit, or what is known of the tree),
+**  "patches": names of native/patches/ the tree carried, "patches_missing": those it
+**  lacked, "losses": per missing patch that changes behaviour rather than speed, what is
+**  refused without it}. Every patch is optional: without one, the library falls back to
+** upstream llama.cpp (slower; "rpc" refused without ggml-rpc-no-abort, "deterministic"
+** refused for some weight types without ggml-cpu-use-ref-no-sgemm). Static storage; never
+** free it. Thread-safe.
+*/
+EL_API const char *el_build_info(void);
 
 /*
 ** el_open: load a model, its chat templates and a context, and keep them

@@ -120,7 +120,7 @@ bool Engine::forget(const char * session) {
     messages_.forget(session);
     tokens_->forget(session);
     if (message_values_) {
-        message_values_ = common_chat_msg_values_init();
+        message_values_ = patched::message_values_init();
     }
     return true;
 }
@@ -159,7 +159,7 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
             (p.t0 + std::chrono::microseconds((int64_t) (p.req.timeout_ms * 1000))).time_since_epoch().count();
     }
     const auto t_sampler = steady::now();
-    p.req.sampling.grammar_cache = grammars_.get();  // a grammar seen before is cloned, not parsed
+    patched::use_grammar_cache(p.req.sampling, grammars_.get());  // a grammar seen before is cloned, not parsed
     p.sampler.reset(common_sampler_init(model_, p.req.sampling));
     if (!p.sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");

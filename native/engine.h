@@ -16,6 +16,7 @@
 #include "json_args.h"
 #include "llama.h"
 #include "message_cache.h"
+#include "patched.h"
 #include "rpc.h"
 #include "sampling.h"
 #include "scheduler.h"
@@ -162,14 +163,14 @@ class Engine {
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
     // Tool and schema grammars parsed once, cloned per call (common_grammar_cache, a patch to
-    // common/sampling); it holds the model's vocab, so it goes before the model.
+    // common/sampling; null without it); it holds the model's vocab, so it goes before the model.
     struct GrammarCacheFree {
-        void operator()(common_grammar_cache * c) const { common_grammar_cache_free(c); }
+        void operator()(common_grammar_cache * c) const { patched::grammar_cache_free(c); }
     };
     std::unique_ptr<common_grammar_cache, GrammarCacheFree> grammars_;
     std::unique_ptr<TokenCache> tokens_;  // recent prompts' tokens (token_cache.h)
     MessageCache                messages_;  // recently read messages (message_cache.h)
-    std::shared_ptr<common_chat_msg_values> message_values_ = common_chat_msg_values_init();
+    std::shared_ptr<common_chat_msg_values> message_values_ = patched::message_values_init();
     std::unique_ptr<Slots>    slots_;
     std::unique_ptr<Scheduler> sched_;           // admission and who evaluates (scheduler.h)
     int32_t                   n_ctx_ = 0;        // tokens per slot

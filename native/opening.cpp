@@ -70,7 +70,7 @@ void Engine::open(const char * config_json) {
     } catch (const std::exception & e) {
         fail(std::string("chat template does not parse: ") + e.what());
     }
-    grammars_.reset(common_grammar_cache_init());
+    grammars_.reset(patched::grammar_cache_init());
 
     const int32_t n_swa = llama_model_n_swa(model_);
     MemoryKind kind = MemoryKind::Trimmable;
@@ -151,6 +151,9 @@ void Engine::create_context() {
              (why.empty() ? "" : ": " + why));
     }
     if (cfg_.deterministic) {
+        if (const std::string why = patched::deterministic_refusal(model_); !why.empty()) {
+            fail(why);
+        }
         use_reference_cpu_kernels(ctx_);
         if (!context_uses_flash_attn(ctx_) && !llama_model_is_recurrent(model_)) {
             fail("\"deterministic\" needs flash attention, which llama.cpp cannot use for this model");

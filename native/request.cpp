@@ -7,10 +7,10 @@
 #include "request.h"
 
 #include "common.h"
-#include "jinja/runtime.h"
 #include "json-schema-to-grammar.h"
 #include "json_args.h"
 #include "messages.h"
+#include "patched.h"
 #include "timing.h"
 #include "tool_grammar.h"
 
@@ -352,14 +352,14 @@ json read_response_format(const json & opt, bool tools_active) {
 // cannot share them (the shared values refuse writes), and once an unshared render succeeds
 // where the shared one failed, the handle stops sharing. Otherwise the error is the request's.
 common_chat_params apply_template(const ModelView & m, common_chat_templates_inputs & in) {
-    if (!in.message_values) {
+    if (!patched::shares_message_values(in)) {
         return common_chat_templates_apply(m.templates, in);
     }
     try {
         return common_chat_templates_apply(m.templates, in);
     } catch (const std::exception &) {
-        in.message_values = nullptr;
-        jinja::render_watch_thread() = {};  // what the failed render recorded is not this one's
+        patched::stop_sharing_message_values(in);
+        patched::watch_last_message();  // what the failed render recorded is not this one's
     }
     common_chat_params chat = common_chat_templates_apply(m.templates, in);
     m.message_values        = nullptr;
@@ -371,7 +371,8 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
                                     Request & r) {
     common_chat_templates_inputs in;
     in.messages = std::move(inputs.messages);
-    in.message_ids = std::move(inputs.message_ids);  // the template's values taken by number
+    patched::set_message_ids(in, inputs.message_ids);  // the template's values taken by number
+    r.read_message_ids = std::move(inputs.message_ids);
     try {
         in.tools = common_chat_tools_parse_oaicompat(common_json::parse(dump(inputs.tools)));
     } catch (const std::exception & e) {
@@ -382,37 +383,34 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     in.reasoning_format    = COMMON_REASONING_FORMAT_AUTO;
     in.add_bos             = llama_vocab_get_add_bos(m.vocab);
     in.add_eos             = llama_vocab_get_add_eos(m.vocab);
-    in.parser_object       = true;  // the output parser as an object, not saved to be loaded back
-    in.message_values      = m.message_values;
-    in.message_values_scope = r.session;  // a session never takes another's values
+    patched::want_parser_object(in);  // the output parser as an object, not saved to be loaded back
+    patched::share_message_values(in, m.message_values, r.session);  // a session never takes another's values
     if (in.messages.back().role == "assistant") {
         // Continue a partial assistant message rather than open a new one.
         in.add_generation_prompt  = false;
         in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
     }
     const auto t_template = steady::now();
-    jinja::render_watch & watch = jinja::render_watch_thread();
-    watch = {};
+    patched::watch_last_message();
     try {
         r.chat = apply_template(m, in);
     } catch (const std::exception & e) {
-        watch = {};
+        patched::watch_last_message();
         fail(std::string("chat template failed: ") + e.what());
     }
-    r.last_message_text = std::move(watch.text);  // the shared render's loop output for the last message
-    watch = {};
+    r.last_message_text = patched::watched_last_message();  // the render's loop output for the last message
     r.ms_template = ms_since(t_template);
 
     r.parser = common_chat_parser_params(r.chat);
     r.parser.reasoning_format = COMMON_REASONING_FORMAT_AUTO;
     r.parser.parse_tool_calls = tools_active;
     r.parser.is_continuation  = in.continue_final_message != COMMON_CHAT_CONTINUATION_NONE;
-    if (r.chat.parser_arena) {  // asked for as an object (in.parser_object): nothing to load
-        r.parser.parser = std::move(*r.chat.parser_arena);
-    } else if (!r.chat.parser.empty()) {
+    // handed over as an object (common-return-parser-object), there is nothing to load
+    if (!patched::take_parser_object(r.chat, r.parser) && !r.chat.parser.empty()) {
         // A template handled by its own code in common/parsers (Gemma 4, Qwen3-Coder and
-        // Qwen3.5, ...) hands its parser over saved, whatever parser_object asked; without it
-        // the output would be read as plain content (tool calls and reasoning unparsed).
+        // Qwen3.5, ...) hands its parser over saved, whatever was asked, as does every template
+        // without common-return-parser-object; unloaded, the output would be read as plain
+        // content (tool calls and reasoning unparsed).
         try {
             r.parser.parser.load(r.chat.parser);
         } catch (const std::exception & e) {
@@ -545,12 +543,10 @@ std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text
 size_t history_length(const ModelView & m, common_chat_templates_inputs in, Request & r) {
     r.last_message_rendered = true;
     in.messages.pop_back();
-    if (!in.message_ids.empty()) {
-        in.message_ids.pop_back();
-    }
+    patched::drop_last_message_id(in);
     in.add_generation_prompt  = false;
     in.continue_final_message = COMMON_CHAT_CONTINUATION_NONE;
-    in.prompt_only            = true;  // one render (native/patches/common-render-faster.patch)
+    patched::prompt_only(in);  // one render (native/patches/common-render-faster.patch)
     std::vector<llama_token> history;
     try {
         history = tokens_of(m, apply_template(m, in).prompt, r);
@@ -595,6 +591,7 @@ json prepared_json(const Request & r) {
         {"grammar_triggers", triggers},
         {"last_message_start", r.last_message_start},
         {"generation_start", r.generation_start},
+        {"tokens", r.prompt},  // the tokenizer's part (the special-token prefilter, the token cache)
     };
 }
 
@@ -603,7 +600,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     Request r;
     Inputs inputs = read_inputs(m.messages, messages_json, tools_json, options_json);
     // renders run on this thread: what its loop memo counts meanwhile is this call's
-    const uint64_t memo_hits = jinja::loop_memo_thread_stats().hits;
+    const uint64_t memo_hits = patched::render_memo_hits();
     const json & opt = inputs.opt;
     r.session      = get_string(opt, "session", "");
     r.request_id   = get_string(opt, "request_id", "");
@@ -658,10 +655,9 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
-    r.n_render_reused = jinja::loop_memo_thread_stats().hits - memo_hits;
+    r.n_render_reused = patched::render_memo_hits() - memo_hits;
     // unaltered (common/ reads its inputs as const): the session's next read keeps what it repeats
-    r.read_messages    = std::move(in.messages);
-    r.read_message_ids = std::move(in.message_ids);
+    r.read_messages = std::move(in.messages);
     return r;
 }
 

@@ -11,6 +11,7 @@
 #include "chat.h"
 #include "config.h"
 #include "message_cache.h"
+#include "patched.h"
 #include "prompt_cache.h"
 #include "sampling.h"
 #include "token_cache.h"

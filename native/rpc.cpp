@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "ggml-rpc.h"
 #include "json_args.h"
+#include "patched.h"
 #include "timing.h"
 
 #include <algorithm>
@@ -48,15 +49,16 @@ RpcLink::~RpcLink() {
 
 void RpcLink::connect(const std::vector<std::string> & endpoints, int32_t timeout_ms) {
     // Process-wide in ggml-rpc: connections opened from now on use these timeouts.
-    ggml_backend_rpc_set_timeouts(std::min(timeout_ms, 10000), timeout_ms);
+    patched::rpc_require(endpoints.empty() ? "" : endpoints.front());
+    patched::rpc_set_timeouts(std::min(timeout_ms, 10000), timeout_ms);
     devices_.clear();
     for (const std::string & ep : endpoints) {
         thread_log_errors().clear();
-        if (!ggml_backend_rpc_check(ep.c_str())) {
+        if (!patched::rpc_check(ep.c_str())) {
             fail("cannot reach the RPC server " + ep + first_logged_line() +
                  "; is rpc-server running there and reachable from this machine?");
         }
-        failures_at_open_.push_back(ggml_backend_rpc_failures(ep.c_str()));
+        failures_at_open_.push_back(patched::rpc_failures(ep.c_str()));
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(ep.c_str());
         if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
             fail("the RPC server " + ep + " reports no devices");
@@ -89,7 +91,7 @@ std::vector<ggml_backend_dev_t> local_gpus() {
 std::string RpcLink::lost() const {
     std::string out;
     for (size_t i = 0; i < endpoints_.size(); i++) {
-        if (ggml_backend_rpc_failures(endpoints_[i].c_str()) != failures_at_open_[i]) {
+        if (patched::rpc_failures(endpoints_[i].c_str()) != failures_at_open_[i]) {
             out += (out.empty() ? "" : ", ") + endpoints_[i];
         }
     }
@@ -144,7 +146,7 @@ void RpcLink::watch() {
                 interrupted_ = true;
                 fired = true;
                 for (const std::string & ep : endpoints_) {
-                    ggml_backend_rpc_interrupt(ep.c_str());
+                    patched::rpc_interrupt(ep.c_str());
                 }
             }
         }

@@ -10,6 +10,7 @@
 #include "engine_call.h"
 
 #include "common.h"
+#include "patched.h"
 
 #include <algorithm>
 #include <cmath>
@@ -117,7 +118,7 @@ void Engine::choose_next(Prepared & p, int32_t row) {
     } else if (req.forced_only) {
         p.have_next = false;  // the forced text ends as if the model ended it
         return;
-    } else if (req.greedy && common_sampler_grammar_waits(p.sampler.get())) {
+    } else if (req.greedy && patched::grammar_waits(p.sampler.get())) {
         // what common_sampler_sample would pick (no grammar, or one whose steps change nothing
         // yet); a lazy grammar still sees the token, to watch for its trigger
         tok = argmax_token(req, row);

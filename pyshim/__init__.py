@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from . import models
-from ._lib import version
+from ._lib import build_info, version
 from .agent import Agent, AgentResult
 from .errors import (
     AgentError,
@@ -42,6 +42,7 @@ __all__ = [
     "Stream",
     "Tool",
     "UnknownModel",
+    "build_info",
     "default_model",
     "function_schema",
     "generate",

@@ -24,6 +24,7 @@ CDEF = """
 typedef struct el_handle el_handle;
 typedef int (*el_stream_cb)(const char *delta_json, void *user_data);
 const char *el_version(void);
+const char *el_build_info(void);
 el_handle *el_open(const char *config_json);
 const char *el_last_error(void);
 char *el_generate(el_handle *handle, const char *messages_json, const char *tools_json, const char *options_json);
@@ -131,4 +132,22 @@ def version() -> str:
     return ffi.string(lib().el_version()).decode()
 
 
-__all__ = ["ShimError", "candidates", "encode", "encode_messages", "ffi", "lib", "read_json", "take_json", "version"]
+def build_info() -> dict[str, Any]:
+    """What the loaded library was built from: the llama.cpp commit, which of pyshim's patches
+    its tree carried and lacked, and what is refused for each missing one (el_build_info)."""
+    info: dict[str, Any] = orjson.loads(ffi.string(lib().el_build_info()))
+    return info
+
+
+__all__ = [
+    "ShimError",
+    "build_info",
+    "candidates",
+    "encode",
+    "encode_messages",
+    "ffi",
+    "lib",
+    "read_json",
+    "take_json",
+    "version",
+]

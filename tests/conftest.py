@@ -36,6 +36,31 @@ WEATHER_TOOL = {
 }
 
 
+def has_patch(name: str) -> bool:
+    """Whether the library under test was built with native/patches/<name>.patch (every patch is
+    optional: ``make test-nopatch`` runs the suites against a build with none)."""
+    return name in pyshim.build_info()["patches"]
+
+
+def needs_patch(name: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not has_patch(name), reason=f"the library was built without {name}.patch")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a build without some patch, a test that opens a handle the library refuses for that
+    reason (its documented loss: "rpc", "deterministic" on some weight types) is skipped with the
+    refusal as its reason, not failed; on a fully patched build nothing changes."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is None or not pyshim.build_info()["patches_missing"]:
+        return
+    message = str(call.excinfo.value)
+    if "patch, which this build of llama.cpp lacks" in message or "patch for this model, which this build" in message:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {message[:200]}")
+
+
 def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 

@@ -1,16 +1,22 @@
-"""The cheaper request path renders exactly what the pinned llama.cpp renders.
+"""The cheaper request path renders and tokenizes exactly what the pinned llama.cpp does.
 
 pyshim patches llama.cpp's ``common/`` to render a call's chat template once where it can, and
-faster (native/patches/common-render-faster.patch). None of that may change a byte of what
-reaches the engine. ``tests/data/rendered.json`` holds, for every catalogue model
-and the tiny recurrent/hybrid ones, the SHA-256 of what the ``prepare_only`` hook reports
-(rendered prompt, generation prompt, grammar, its triggers, where the last message starts, which
-is now read off the main render instead of a render of the history) for
-random conversations and request options, recorded with the unpatched renderer of the pinned
-tree; two templates of our own cover the patch's fallback (two renders) and its single render
-with text after the generation prompt. Every call must still match; leaving the generation
-prompt in the render meant to be without it turns all but the fallback red. To record again
-(after a new pin, from an unpatched build): ``PYSHIM_RECORD_RENDERS=1 pytest tests/test_render_exact.py``.
+faster (native/patches/common-render-*.patch, common-shared-*.patch), and its tokenizer to skip
+special tokens that cannot occur (llama-vocab-special-prefilter.patch); the shim keeps caches of
+messages and tokens on top. None of that may change a byte or a token of what reaches the engine.
+``tests/data/rendered.json`` holds, for every catalogue model and the tiny ones (Mamba, Jamba,
+Gemma 4, Qwen3.5, LFM2, with their real templates), the SHA-256 of what the ``prepare_only`` hook
+reports (rendered prompt, generation prompt, grammar, its triggers, where the last message and the
+reply start, and the prompt's tokens) for random conversations with tool calls and results and
+request options. The digests are recorded from the build with **no patch at all** (``make
+test-nopatch``'s build-nopatch, pristine ``common/`` and tokenizer), and the same test runs on
+both builds, so the patched renderer and tokenizer are checked against upstream, not against
+themselves. Two templates of our own cover the render patch's fallback (two renders) and its
+single render with text after the generation prompt; four more the loop memo. Shown to fail:
+leaving the generation prompt in the render meant to be without it turns all but the fallback
+red; one more character in one early message changes its digest (test below). To record again
+(after a new pin): ``PYSHIM_RECORD_RENDERS=1 PYSHIM_LIB=build-nopatch/libel_shim.so pytest
+tests/test_render_exact.py``, which refuses a patched library.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, has_patch, model_path, needs_patch
 from oracle import text, tool_exchange
 
 import pyshim
@@ -36,6 +42,9 @@ SPECS = [
     GEMMA,
     "tiny:mamba",
     "tiny:hybrid",
+    "tiny:gemma4",
+    "tiny:qwen35",
+    "tiny:lfm2",
     f"{SMOL}+else",
     f"{SMOL}+trailing",
     f"{SMOL}+carried",
@@ -44,7 +53,7 @@ SPECS = [
     f"{SMOL}+last",
 ]
 # The models whose calls place a cache checkpoint where the last message starts.
-CHECKPOINTED = {GEMMA, "tiny:mamba", "tiny:hybrid"}
+CHECKPOINTED = {GEMMA, "tiny:mamba", "tiny:hybrid", "tiny:gemma4", "tiny:qwen35", "tiny:lfm2"}
 # Two templates of our own, on smollm2, for the two ways the patched renderer finds the generation
 # prompt: with an `else` beside `if add_generation_prompt` it renders twice (with and without);
 # with constant text after that `if` it still renders once and drops the `if`'s output.
@@ -164,9 +173,6 @@ def prepared(m: pyshim.Model, conv: list[dict[str, Any]], options: dict[str, Any
 
 
 def digest(p: dict[str, Any]) -> str:
-    # generation_start (where the reply's turn opens, a checkpoint's place) came after the
-    # digests were recorded; it is read off the same render and tokens as the rest
-    p = {k: v for k, v in p.items() if k != "generation_start"}
     return hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()
 
 
@@ -178,13 +184,14 @@ def test_prepared_requests_match_the_unpatched_render(spec: str) -> None:
     with pyshim.Model(model_path(spec.split("+")[0]), n_ctx=8192, **extra) as m:
         results = [prepare(m, conv, opt) for conv, opt in calls]
     got = [digest(r["prepared"]) for r in results]
-    if spec in CHECKPOINTED:
+    if spec in CHECKPOINTED and has_patch("common-shared-values-last-message"):
         # The digests hold where the last message starts, and this is how it was found: off the
         # main render, except for a continued message (common/ appends it after the render),
-        # where the history is rendered again.
+        # where the history is rendered again (always, without the patch).
         how = [r["last_message_rendered"] for r in results]
         assert how == [conv[-1]["role"] == "assistant" for conv, _ in calls]
     if RECORD:
+        assert not pyshim.build_info()["patches"], "record from a library built with no patch (make test-nopatch)"
         golden[spec] = got
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
@@ -216,6 +223,7 @@ def test_a_one_byte_difference_is_caught() -> None:
         assert digest(prepared(m, edited, opt)) != json.loads(GOLDEN.read_text())[SMOL][3]
 
 
+@needs_patch("common-render-memo-loops")
 @pytest.mark.parametrize("spec", [QWEN, GEMMA, SMOL, f"{SMOL}+namespace"])
 def test_a_later_call_takes_the_earlier_messages_from_the_loop_memo(spec: str) -> None:
     """What the digests prove exact is also what runs: the next call of a conversation renders
