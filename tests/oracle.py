@@ -9,12 +9,12 @@ It is the oracle of the random call sequences in test_determinism.py.
 
 ``divergence``, the coarse one, for handles with llama.cpp's default kernels: those round
 differently for other batch shapes, so reuse moves the logits slightly and greedy token equality
-is not sound. It is a bound on the KL divergence of the next-token distribution at the end of
-the prompt, read as top-K log probabilities over the partition {each token in both top-K sets} +
-{everything else}, a coarse-graining that never exceeds the true KL. It sees gross damage (a
-wrong sliding window, a reversed prefix) but not one wrong token (issue 21 measured 0.001-0.03
-for those), so it guards the configurations the exact oracle cannot run: a windowed
-sliding-window cache, threads, streams.
+is not sound. It is the largest KL divergence of the next-token distribution over every token
+the reusing call generated (a fresh handle forced through the same tokens), each read from the
+top-K log probabilities over {fresh's top K} + {everything else}; lists that share nothing are
+far apart. It guards only the configurations the exact oracle cannot run (a windowed
+sliding-window cache, threads, streams, RPC): wherever the deterministic kernels can run, the
+suites use the exact oracle.
 
 ``probe``: the library's ``probe`` test hook evaluates a copy of the prompt after the prompt and
 reports, at every position of the copy, the log probability of the token the copy goes on with
@@ -83,20 +83,42 @@ def next_token_dist(result: dict[str, Any]) -> dict[int, float]:
 
 
 def kl(fresh: dict[int, float], reused: dict[int, float]) -> float:
-    common = fresh.keys() & reused.keys()
-    p = [math.exp(fresh[i]) for i in common]
-    q = [math.exp(reused[i]) for i in common]
+    """KL(fresh ‖ reused) of one next-token distribution, from both top-K log probabilities, over
+    the partition {each token of fresh's top K} + {everything else}. A token fresh lists and
+    reused does not is given reused's K-th probability, an upper bound of its own (so its term
+    is never overstated); two lists that share nothing are therefore far apart, not 0."""
+    if not fresh or not reused:
+        return math.inf
+    floor = math.exp(min(reused.values()))
+    p = [math.exp(v) for v in fresh.values()]
+    q = [math.exp(reused[i]) if i in reused else floor for i in fresh]
     p_rest, q_rest = max(0.0, 1.0 - sum(p)), max(0.0, 1.0 - sum(q))
     total = sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q, strict=True) if pi > 0)
     if p_rest > 1e-12:
         total += p_rest * (math.log(p_rest) - math.log(max(q_rest, 1e-30)))
-    return total
+    return max(total, 0.0)
 
 
 def call(m: pyshim.Model, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **options: Any) -> dict:
     test = dict(options.pop("_test", {}))
     test["top_logprobs"] = TOP_K
     return m.generate(messages, tools, temperature=0, logprobs=True, _test=test, **options)
+
+
+def dist(entry: dict[str, Any]) -> dict[int, float]:
+    return {t["id"]: t["logprob"] for t in entry["top_logprobs"]}
+
+
+def trajectory_kl(
+    fresh: pyshim.Model, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, r: dict[str, Any]
+) -> list[float]:
+    """KL(fresh ‖ r) at every token the call `r` generated: a fresh handle evaluates the same
+    prompt afresh and is forced through the same tokens, so a reply that a near tie sent
+    elsewhere is still compared token by token."""
+    ids = [t["id"] for t in r["logprobs"]["content"]]
+    f = call(fresh, messages, tools, max_tokens=len(ids), cache_prompt=False, _test={"force": ids})
+    assert f["n_reused"] == 0
+    return [kl(dist(a), dist(b)) for a, b in zip(f["logprobs"]["content"], r["logprobs"]["content"], strict=True)]
 
 
 def divergence(
@@ -107,11 +129,10 @@ def divergence(
     max_tokens: int = 1,
     **options: Any,
 ) -> tuple[float, dict[str, Any]]:
-    """KL(fresh ‖ reused) at the end of this prompt, and the reusing call's result."""
+    """The largest KL(fresh ‖ reused) over every token the reusing call generated, and its
+    result."""
     r = call(reused, messages, tools, max_tokens=max_tokens, **options)
-    f = call(fresh, messages, tools, max_tokens=1, cache_prompt=False)
-    assert f["n_reused"] == 0
-    return kl(next_token_dist(f), next_token_dist(r)), r
+    return max(trajectory_kl(fresh, messages, tools, r)), r
 
 
 def probe(m: pyshim.Model, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **options: Any) -> dict:
