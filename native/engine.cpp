@@ -198,6 +198,7 @@ std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
     if (p.req.prepare_only) {
         out["prepared"] = prepared_json(p.req);
         out["last_message_rendered"] = p.req.last_message_rendered;  // how the checkpoint was placed
+        out["history_prompt"]        = p.req.history_prompt;         // what that render gave
     }
     return dump(out);
 }

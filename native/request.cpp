@@ -549,7 +549,8 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
     patched::prompt_only(in);  // one render (native/patches/common-render-faster.patch)
     std::vector<llama_token> history;
     try {
-        history = tokens_of(m, apply_template(m, in).prompt, r);
+        r.history_prompt = apply_template(m, in).prompt;
+        history          = tokens_of(m, r.history_prompt, r);
     } catch (const UserError &) {
         throw;
     } catch (const std::exception &) {

@@ -69,6 +69,7 @@ struct Request {
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     size_t                       generation_start   = 0;  // tokens before the generation prompt (0: unknown)
     bool                         last_message_rendered = false;  // placed by rendering the history again
+    std::string                  history_prompt;                 // that render, for the prepare_only hook
     std::string                  last_message_text;       // what the render's loop output for it (may be empty)
     // the messages as read, with their numbers in the message cache, for its give_back
     std::vector<common_chat_msg> read_messages;
