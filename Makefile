@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-nopatch test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -179,6 +179,12 @@ bench-overhead: build models peers $(VENV)/.bench-stamp
 	  --out docs/bench-overhead.md
 
 bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism
+	$(MAKE) bench-status
+
+# Each report in docs/ with its commit and how many library commits it is behind HEAD; fails when
+# the README cites one more than 20 behind without calling it stale.
+bench-status: venv
+	$(PY) scripts/bench_status.py
 
 # Decode greedy and sampled, with and without tools, beside llama-bench tg128 (docs/bench-decode.md).
 bench-decode: build models peers

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
+from bench.provenance import args_command, stamp
 from bench.systems import timed_generate
 from pyshim import models
 
@@ -148,7 +149,7 @@ def main() -> None:
             "context (a sliding-window cache on gemma-3-270m). 'off' re-evaluates every prompt from scratch "
             "(`cache_prompt: false`), as a binding with reuse disabled does.\n\n"
         )
-        args.out.write_text(header + "\n".join(sections))
+        args.out.write_text(stamp(args_command("bench.agent_session")) + header + "\n".join(sections))
 
 
 if __name__ == "__main__":

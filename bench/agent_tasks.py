@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyshim
+from bench.provenance import args_command, stamp
 from pyshim import Agent, models
 from pyshim.demo_tools import calculator, convert_units
 from pyshim.tools import as_tool
@@ -304,7 +305,7 @@ def main() -> None:
             "the agent answers and the answer states every expected value; a single call is right when it "
             "names the right tool with the right arguments, or answers in text where no tool fits.\n\n"
         )
-        args.out.write_text(header + "\n".join(sections))
+        args.out.write_text(stamp(args_command("bench.agent_tasks")) + header + "\n".join(sections))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import MODELS, TOOLS, desk_conversations, machine, session, worker
+from bench.provenance import args_command, stamp
 from bench.systems import PEERS, THREADS, LlamaServer, Pyshim, System, Turn, open_system
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -551,7 +552,7 @@ def main() -> None:
     text = report(data)
     print(text)
     out = output_path(args, data["when"])
-    out.write_text(text)
+    out.write_text(stamp(args_command("bench.concurrent")) + text)
     out.with_suffix(".json").write_text(json.dumps(data, indent=1))
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pyshim
 from bench.agent_session import TOOLS
 from bench.peers import llama_bench, machine
+from bench.provenance import args_command, stamp
 from bench.systems import THREADS
 from pyshim import models
 
@@ -143,7 +144,7 @@ def main() -> None:
         print(f"{name}: {data['models'][name]}", flush=True)
     text = report(data)
     if args.out:
-        args.out.write_text(text)
+        args.out.write_text(stamp(args_command("bench.decode")) + text)
     print(text)
 
 

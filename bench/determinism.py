@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
+from bench.provenance import args_command, stamp
 from tests.oracle import text
 
 MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct"]
@@ -94,7 +95,7 @@ def main() -> None:
     report = markdown(results, args.reps, f"{os.getloadavg()[0]:.1f}")
     print(report)
     if args.out:
-        args.out.write_text(report)
+        args.out.write_text(stamp(args_command("bench.determinism")) + report)
 
 
 if __name__ == "__main__":

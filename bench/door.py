@@ -33,6 +33,7 @@ import openai
 
 import pyshim
 from bench.agent_session import TOOLS, conversation
+from bench.provenance import args_command, stamp
 from bench.systems import PEERS, LlamaServer
 from pyshim import models
 
@@ -394,7 +395,7 @@ def main() -> None:
     text = markdown(args.model, args.turns, args.max_tokens, summary(run(args.model, args.turns, args.max_tokens)))
     print(text)
     if args.out:
-        args.out.write_text(text)
+        args.out.write_text(stamp(args_command("bench.door")) + text)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_session import TOOLS, conversation
+from bench.provenance import args_command, stamp
 from bench.systems import PEERS, THREADS, LlamaServer, System, open_system
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -738,7 +739,7 @@ def main() -> None:
     text = report(data)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        args.out.write_text(stamp(args_command("bench.peers")) + text)
         if not args.from_json:
             args.out.with_suffix(".json").write_text(json.dumps(data, indent=1))
 

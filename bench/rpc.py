@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
+from bench.provenance import args_command, stamp
 from bench.systems import THREADS
 from pyshim import models
 from scripts.rpc_servers import RpcServer
@@ -153,7 +154,7 @@ def main() -> None:
     text = markdown(args.model, results, args)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        args.out.write_text(stamp(args_command("bench.rpc")) + text)
 
 
 if __name__ == "__main__":

@@ -190,6 +190,7 @@ class LlamaServer:
     def __init__(self, model: Path, n_ctx: int, n_seq: int = 1, log: Path | None = None) -> None:
         self.port = free_port()
         self.info = {"flash_attn": "auto"}
+        self.cold = False  # the next turn evaluates its whole prompt (clear_cache)
         # -c is the whole cache; with -np slots each conversation gets n_ctx of its own, as in pyshim.
         cmd = [str(PEERS / "llama-server"), "-m", str(model), "-c", str(n_ctx * n_seq), "-np", str(n_seq)]
         cmd += ["-t", str(THREADS), "-tb", str(THREADS), "--host", "127.0.0.1", "--port", str(self.port)]
@@ -225,12 +226,13 @@ class LlamaServer:
         max_tokens: int,
         ignore_eos: bool = False,
     ) -> Turn:
+        cold, self.cold = self.cold, False
         body: dict[str, Any] = {
             "messages": messages,
             "max_tokens": max_tokens,
             "temperature": 0,
             "stream": True,
-            "cache_prompt": True,
+            "cache_prompt": not cold,
             "ignore_eos": ignore_eos,
             "timings_per_token": False,
         }
@@ -264,7 +266,11 @@ class LlamaServer:
         return Turn((first or t1) - t0, t1 - t0, n_prompt, int(timings.get("predicted_n", 0)), n_eval, model_s)
 
     def clear_cache(self) -> None:
-        pass  # no endpoint for it without slot files; its timings report what it evaluated
+        # llama-server has no endpoint that forgets its prompts (slot erase needs slot files and
+        # leaves the host-memory prompt cache, which would load the prompt back): the next turn
+        # asks for no reuse instead (cache_prompt false), so it evaluates its whole prompt, as
+        # the other systems' next turn does after theirs; it still caches what it evaluated.
+        self.cold = True
 
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

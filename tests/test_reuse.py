@@ -3,30 +3,29 @@ with an oracle shown to catch a single wrong token on every model (tests/oracle.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path
-from oracle import GREEDY, KL_BOUND, change, divergence, largest_difference, text
+from conftest import GEMMA, WEATHER_TOOL, model_path
+from oracle import GREEDY, KL_BOUND, change, divergence, kl, largest_difference, text
 from test_determinism import CASES as EXACT_CASES
 
 import pyshim
 from pyshim import models
 
-# (name, model, extra config, words per filler message)
+# (name, model, extra config, words per filler message). The KL oracle's cases are the
+# configurations the exact oracle cannot run: a windowed sliding-window cache (gemma-3, Gemma 4
+# with swa_full false), where "deterministic" is refused. Every other memory layout (dense,
+# gemma-3 with swa_full, Mamba, Jamba, Qwen3.5, LFM2) runs the same random call sequences under
+# the exact oracle in test_determinism.py, which one wrong token fails; this one cannot see one
+# wrong token (correct reuse measured 0.002-0.024 here, one stale, missing or duplicated token
+# 0.002-0.028, on smollm2, qwen2.5 and gemma-3), only gross damage such as trusting seq_rm.
 CASES = [
-    ("qwen", QWEN, {}, 25),
-    ("smollm2", SMOL, {}, 60),
     ("gemma-swa", GEMMA, {"swa_full": False}, 110),
-    ("gemma-swa-full", GEMMA, {"swa_full": True}, 110),
-    ("mamba", "tiny:mamba", {}, 60),
-    ("hybrid", "tiny:hybrid", {}, 60),
     ("gemma4-swa", "tiny:gemma4", {"swa_full": False}, 20),
-    ("qwen35", "tiny:qwen35", {}, 20),
-    # lfm2 is not here: a reversed prefix moves its next-token KL by 0.011 only, under the bound,
-    # so this oracle cannot see corruption on it; the exact oracle covers it (test_determinism)
 ]
 
 
@@ -188,3 +187,12 @@ def test_gemma_two_call_regression() -> None:
         # the shared system prompt is reused through the checkpoint at the last message
         assert rb["n_reused"] > 800, rb["n_reused"]
         # (that trusting seq_rm is wrong here is shown by test_oracle_flags_a_corrupted_cache[gemma-swa])
+
+
+def test_the_kl_oracle_fails_lists_that_share_nothing() -> None:
+    """Two next-token distributions with disjoint top-K lists are far apart (the oracle returned
+    0.0 for them once); equal ones are 0; a swapped top-2 is over the bound."""
+    fresh = {1: math.log(0.9), 2: math.log(0.1)}
+    assert kl(fresh, {3: math.log(0.9), 4: math.log(0.1)}) > KL_BOUND
+    assert kl(fresh, dict(fresh)) == 0.0
+    assert kl(fresh, {1: math.log(0.1), 2: math.log(0.9)}) > KL_BOUND

@@ -175,14 +175,21 @@ def test_sessions_keep_their_cache(smol_url: str) -> None:
     first = c.chat.completions.create(model=SMOL, messages=history, max_tokens=8, extra_body={"session": "ada"})
     history.append({"role": "assistant", "content": first.choices[0].message.content})
     history.append({"role": "user", "content": "What is my name?"})
-    other = [{"role": "user", "content": "Unrelated"}]
-    c.chat.completions.create(model=SMOL, messages=other, max_tokens=4, prompt_cache_key="other")
+    other = [{"role": "user", "content": "Unrelated, about the weather in Lisbon today."}]
+    o1 = c.chat.completions.create(model=SMOL, messages=other, max_tokens=4, prompt_cache_key="other")
     second = c.chat.completions.create(
         model=SMOL, messages=history, max_tokens=8, extra_headers={"X-Session-Id": "ada"}
     )
     assert second.usage is not None and first.usage is not None
     details = second.usage.prompt_tokens_details
     assert details is not None and (details.cached_tokens or 0) >= first.usage.prompt_tokens
+    # prompt_cache_key names a session too: a call with no session between its two calls (which
+    # would take over an unnamed cache) leaves its prefix in place
+    c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "Count to three."}], max_tokens=4)
+    other += [{"role": "assistant", "content": o1.choices[0].message.content or ""}, *SHORT]
+    o2 = c.chat.completions.create(model=SMOL, messages=other, max_tokens=4, prompt_cache_key="other")
+    assert o1.usage is not None and o2.usage is not None and o2.usage.prompt_tokens_details is not None
+    assert (o2.usage.prompt_tokens_details.cached_tokens or 0) >= o1.usage.prompt_tokens
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -72,7 +72,10 @@ def overlapping_runs(a: pyshim.Model, b: pyshim.Model) -> tuple[dict[str, str], 
     return outs, stamps
 
 
-def test_separate_handles_run_in_parallel() -> None:
+def test_separate_handles_interleave_their_calls_on_the_compute_lane() -> None:
+    """Two handles no longer compute at once (their batches take turns on the process's one
+    compute lane, native/compute_lane.h); what holds is that neither call waits for the other to
+    end: their streams overlap in time."""
     path = models.path(SMOL)
     with pyshim.Model(path, n_ctx=512, n_threads=1) as a, pyshim.Model(path, n_ctx=512, n_threads=1) as b:
         outs, stamps = overlapping_runs(a, b)
