@@ -151,6 +151,11 @@ int main(int argc, char **argv) {
     char config[4096];
     snprintf(config, sizeof config, "{\"model\": \"%s\", \"n_ctx\": 1024, \"temperature\": 0}", argv[1]);
 
+    /* what the library was built from, static and valid before any handle exists */
+    CHECK(el_build_info() != NULL && el_build_info()[0] == '{' && strstr(el_build_info(), "\"patches\":") != NULL &&
+              el_build_info() == el_build_info(),
+          "build info");
+
     /* el_open failures carry a message */
     CHECK(el_open("{\"model\": \"/no/such.gguf\"}") == NULL, "open missing file");
     CHECK(strstr(el_last_error(), "not found") != NULL, "missing-file message");
