@@ -46,7 +46,15 @@ PASSTHROUGH = (
 # practice: a call is cancelled only when its client has gone.
 FINISH_REASONS = {"cancelled": "stop"}
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+}
+# OpenAI's own limits, refused as it refuses them (the library would take more).
+MAX_STOP = 4
+TEMPERATURE = (0.0, 2.0)
 
 
 class ApiError(Exception):
@@ -84,6 +92,18 @@ def _expect(body: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
     return value
 
 
+def _check_limits(body: Mapping[str, Any]) -> None:
+    """What OpenAI refuses that the library would run: more than 4 stop strings, a temperature
+    outside [0, 2]."""
+    stop = body.get("stop")
+    if isinstance(stop, list) and len(stop) > MAX_STOP:
+        raise ApiError(400, f"'stop' takes at most {MAX_STOP} strings", param="stop", code="invalid_value")
+    t = body.get("temperature")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and not TEMPERATURE[0] <= t <= TEMPERATURE[1]:
+        message = f"'temperature' must be between 0 and 2, not {t}"
+        raise ApiError(400, message, param="temperature", code="invalid_value")
+
+
 def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     """Check the envelope and map the fields. The session is, first found: the body's ``session``
     (``extra_body``), the ``X-Session-Id`` header, the body's ``prompt_cache_key``."""
@@ -102,6 +122,7 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     stream = bool(_expect(body, "stream", bool, "a boolean"))
     stream_options = _expect(body, "stream_options", dict, "an object") or {}
 
+    _check_limits(body)
     options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from . import aio, anthropic_api
-from .errors import InvalidRequest
+from .errors import ContextFull, InvalidRequest
 from .model import Model
 from .openai_api import ApiError, ChatRequest, Completion, error_body, parse_request
 
@@ -109,6 +109,8 @@ def _error(exc: BaseException) -> ApiError:
         return exc
     if isinstance(exc, aio.Overloaded):
         return ApiError(503, f"the server is overloaded: {exc}; retry later", code="overloaded")
+    if isinstance(exc, ContextFull):  # OpenAI's code for it, which clients test for
+        return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
     if isinstance(exc, InvalidRequest):
         return ApiError(400, str(exc))  # the library's message, verbatim
     log.exception("request failed", exc_info=exc)

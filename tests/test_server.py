@@ -213,7 +213,15 @@ def test_errors_have_openai_shape_and_status(smol_url: str) -> None:
         c.models.retrieve("nope")
     with pytest.raises(openai.APIStatusError) as big:
         c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "x" * 300_000}])
-    assert big.value.status_code == 413
+    assert big.value.status_code == 413 and big.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as full:  # 20,000 words in a 2,048-token context
+        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "word " * 20_000}])
+    assert full.value.code == "context_length_exceeded" and "context" in full.value.message
+    with pytest.raises(openai.BadRequestError, match="at most 4") as stops:  # OpenAI's own limits
+        c.chat.completions.create(model=SMOL, messages=SHORT, stop=["a", "b", "c", "d", "e"])
+    assert stops.value.param == "stop"
+    with pytest.raises(openai.BadRequestError, match="between 0 and 2"):
+        c.chat.completions.create(model=SMOL, messages=SHORT, temperature=3)
     raw = httpx.post(
         f"{smol_url}/v1/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {KEY}"}
     )
