@@ -157,6 +157,25 @@ def _usage(result: Mapping[str, Any]) -> Any:
     return {**usage, "prompt_tokens_details": {"cached_tokens": result.get("n_reused", 0)}}
 
 
+def _merged_calls(calls: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A delta's tool-call entries, one per index (OpenAI sends one; the library may send a
+    call's id and name and its first arguments as two): the pieces of one index joined in order."""
+    merged: dict[int, dict[str, Any]] = {}
+    for c in calls:
+        index = int(c.get("index", 0))
+        entry = merged.setdefault(index, {"index": index})
+        if "id" in c:
+            entry["id"] = c["id"]
+            entry["type"] = c.get("type", "function")
+        fn = c.get("function") or {}
+        if fn:
+            into = entry.setdefault("function", {})
+            for key in ("name", "arguments"):
+                if key in fn:
+                    into[key] = into.get(key, "") + (fn[key] or "")
+    return list(merged.values())
+
+
 class Completion:
     """The envelope of one completion: its id, creation time and model, shared by all its chunks."""
 
@@ -213,9 +232,7 @@ class Completion:
         if delta.get("reasoning_content"):
             out["reasoning_content"] = delta["reasoning_content"]
         if delta.get("tool_calls"):
-            out["tool_calls"] = [
-                {**c, "type": "function"} if "id" in c and "type" not in c else c for c in delta["tool_calls"]
-            ]
+            out["tool_calls"] = _merged_calls(delta["tool_calls"])
         return self.chunk(out, usage=usage) if out else None
 
     def final_chunk(self, result: Mapping[str, Any], usage: bool) -> dict[str, Any]:

@@ -128,9 +128,14 @@ def test_streamed_tool_calls_reassemble_to_the_plain_ones(qwen_url: str, tool_ch
     assert calls and calls[0][0] == "get_weather" and "paris" in calls[0][1]["city"].lower()
 
     with c.chat.completions.stream(max_tokens=60, **args) as stream:
-        events = [e.type for e in stream]
+        seen = list(stream)
+        events = [e.type for e in seen]
         final = stream.get_final_completion().choices[0]
     assert "tool_calls.function.arguments.done" in events
+    for e in seen:  # one entry per tool-call index in a chunk, as OpenAI sends them
+        if e.type == "chunk" and e.chunk.choices and e.chunk.choices[0].delta.tool_calls:
+            indices = [t.index for t in e.chunk.choices[0].delta.tool_calls]
+            assert len(indices) == len(set(indices)), indices
     assert final.finish_reason == "tool_calls"
     streamed = final.message.tool_calls or []
     assert [(t.function.name, json.loads(t.function.arguments)) for t in streamed] == calls
