@@ -26,9 +26,6 @@ namespace el::patched {
 #define EL_LLAMA_COMMIT "unknown"
 #endif
 
-const char * applied() { return EL_PATCHES_APPLIED; }
-const char * missing() { return EL_PATCHES_MISSING; }
-
 namespace {
 
 json names(const std::string & list) {

@@ -26,10 +26,7 @@ struct llama_model;
 
 namespace el::patched {
 
-// The patches this build applied and those it knows of but lacks, comma-separated names.
-const char * applied();
-const char * missing();
-// el_build_info's JSON (el_shim.h), made once.
+// el_build_info's JSON (el_shim.h): the patches this build applied and lacked, made once.
 const char * build_info();
 
 // ---- common/chat rendering ---------------------------------------------------------------
