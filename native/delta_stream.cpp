@@ -83,6 +83,11 @@ bool DeltaStream::update(common_chat_msg msg, bool final) {
     if (delta.empty()) {
         return true;
     }
+    if (logprobs_ != nullptr && logprobs_->size() > logprobs_sent_) {
+        json fresh(logprobs_->begin() + (std::ptrdiff_t) logprobs_sent_, logprobs_->end());
+        logprobs_sent_ = logprobs_->size();
+        delta["logprobs"] = json{{"content", std::move(fresh)}};
+    }
     return cb_(dump(delta).c_str(), user_data_) == 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "chat.h"
 #include "el_shim.h"
+#include "json_args.h"
 
 #include <functional>
 #include <string>
@@ -42,6 +43,11 @@ class DeltaStream {
     // Returns false when the callback asked to stop.
     bool update(common_chat_msg msg, bool final);
 
+    // The call's per-token logprobs (grown by the decode loop on this thread): each delta
+    // sent carries those of the tokens decoded since the previous one, so that a client
+    // has a token's logprob with its text; the concatenation is a prefix of the result's.
+    void with_logprobs(const json * logprobs) { logprobs_ = logprobs; }
+
     // Give the message's tool calls that have no id the ids already announced for them,
     // by position, and new ids to calls not seen before: the first delta of a call and
     // the final result carry the same id. Calls that have an id keep it.
@@ -59,6 +65,8 @@ class DeltaStream {
     std::function<std::string()> new_id_;
     std::vector<std::string>     ids_;
     common_chat_msg sent_;
+    const json *    logprobs_      = nullptr;
+    size_t          logprobs_sent_ = 0;
 };
 
 }  // namespace el

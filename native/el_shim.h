@@ -178,8 +178,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 8
-#define EL_ABI_VERSION "1.8"
+#define EL_ABI_VERSION_MINOR 9
+#define EL_ABI_VERSION "1.9"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -296,7 +296,17 @@ EL_API const char *el_last_error(void);
 **                          {"type": "function", "function": {"name": N}}
 **     parallel_tool_calls  allow several calls in one turn        (true)
 **     response_format      {"type": "text" | "json_object"} or
-**                          {"type": "json_schema", "json_schema": {"schema"}}
+**                          {"type": "json_schema", "json_schema": {"schema"}}.
+**                          Beside tools with tool_choice "auto" (1.9; refused
+**                          before), the output is a call (in the template's
+**                          syntax, or as {"name", "arguments"} JSON), returned
+**                          as tool_calls, or an answer that matches the
+**                          schema. The model's first choice decides: when the
+**                          token it would write unconstrained cannot open a
+**                          call (not a control token, whitespace, or text
+**                          starting with { [ ` <), the answer is constrained
+**                          to the schema alone. A JSON answer that is also a
+**                          valid call object is read as the call
 **     logprobs, top_logprobs
 **                          return per-token log probabilities (up to 20
 **                          alternatives each)
@@ -445,7 +455,11 @@ EL_API char *el_generate(el_handle *handle, const char *messages_json,
 ** with the first delta of a call, and that id is the call's id in the final
 ** result; the arguments text is appended across deltas). While a long prompt is evaluated (more than n_batch new tokens),
 ** deltas {"prompt_progress": {"processed", "total"}} report its progress; they
-** carry no text. delta_json is valid only during the callback. Return 0 to go on, non-zero
+** carry no text. With logprobs asked for, a delta with text also carries
+** "logprobs": {"content": [...]}, the entries (as in the result) of the tokens
+** decoded since the previous such delta (1.9): the concatenation is a prefix of
+** the result's logprobs; tokens whose text was held back (a stop string, the
+** end) are only in the result. delta_json is valid only during the callback. Return 0 to go on, non-zero
 ** to stop: the call then returns finish_reason "cancelled" with the text so
 ** far, and the cache stays consistent. The callback runs on the calling
 ** thread and must not call into the same handle.

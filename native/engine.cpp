@@ -62,6 +62,9 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         return early;
     }
     DeltaStream stream(callback, user_data, p.req.recover, [] { return new_call_id(); });
+    if (p.req.top_logprobs >= 0) {
+        stream.with_logprobs(&p.rep.logprobs);
+    }
     std::string text;
     {
         // Every way out of this block runs with mu held, and releases, in this order: the
@@ -163,6 +166,17 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
     p.sampler.reset(common_sampler_init(model_, p.req.sampling));
     if (!p.sampler) {
         fail("could not set up sampling (invalid grammar or parameters)");
+    }
+    if (!p.req.answer_grammar.empty()) {
+        common_params_sampling answer = p.req.sampling;
+        answer.grammar      = common_grammar(COMMON_GRAMMAR_TYPE_USER, p.req.answer_grammar);
+        answer.grammar_lazy = false;
+        answer.grammar_triggers.clear();
+        patched::use_grammar_cache(answer, grammars_.get());
+        p.answer_sampler.reset(common_sampler_init(model_, answer));
+        if (!p.answer_sampler) {
+            fail("could not set up sampling (invalid response_format schema)");
+        }
     }
     CallReport & rep = p.rep;
     rep.ms_sampler        = ms_since(t_sampler);

@@ -156,6 +156,7 @@ class Engine {
     void        choose_next(Prepared & p, int32_t row);
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
     llama_token argmax_token(const Request & req, int32_t row) const;
+    void        route_first_token(Prepared & p, int32_t row);
 
     Config                    cfg_;
     llama_model *             model_ = nullptr;

@@ -23,6 +23,7 @@ struct Engine::Prepared {
     Call                    call;
     CallReport              rep;
     common_sampler_ptr      sampler;
+    common_sampler_ptr      answer_sampler;  // Request::answer_grammar's, until the first token
     steady::time_point      t0;
     bool                    have_next = false;  // false: forced-only text ended
     llama_token             next      = 0;

@@ -322,7 +322,7 @@ std::string read_tool_choice(const json & opt, const json & tools, Request & r) 
 }
 
 // response_format; returns the schema the output must match, or null.
-json read_response_format(const json & opt, bool tools_active) {
+json read_response_format(const json & opt) {
     json schema;
     if (const json * rf = find(opt, "response_format")) {
         const std::string type = rf->is_object() ? get_string(*rf, "type", "") : "";
@@ -339,9 +339,6 @@ json read_response_format(const json & opt, bool tools_active) {
         }
         if (!schema.is_null() && !schema.is_object()) {
             fail("\"response_format\" schema must be a JSON object");
-        }
-        if (!schema.is_null() && tools_active) {
-            fail("\"response_format\" cannot be combined with tools unless \"tool_choice\" is \"none\"");
         }
     }
     return schema;
@@ -483,8 +480,14 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
             s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER,
                                        after_open_thinking(r.chat, forced_call_grammar(tools, named, parallel)));
         } else if (!schema.is_null()) {
-            s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER,
-                                       after_open_thinking(r.chat, json_schema_to_grammar(common_json::parse(dump(schema)))));
+            const std::string answer = json_schema_to_grammar(common_json::parse(dump(schema)));
+            if (tools_active) {  // a call or an answer in the schema, as OpenAI allows both
+                s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER,
+                                           after_open_thinking(r.chat, call_or_answer_grammar(tools, parallel, r.chat.grammar, answer)));
+                r.answer_grammar = after_open_thinking(r.chat, answer);
+            } else {
+                s.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, after_open_thinking(r.chat, answer));
+            }
         } else if (tools_active) {
             if (!r.chat.grammar.empty()) {
                 use_template_grammar(vocab, r.chat, s);
@@ -619,13 +622,14 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const bool parallel     = get_bool(opt, "parallel_tool_calls", true);
     const bool forced       = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
     const bool tools_active = !inputs.tools.empty() && r.tool_choice != ToolChoice::None;
-    const json schema       = read_response_format(opt, tools_active);
+    const json schema       = read_response_format(opt);
 
     common_chat_templates_inputs in = render(m, inputs, parallel, tools_active, r);
     choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
     set_greedy(m.vocab, r);
-    // Forced calls are written as JSON by construction; recovery is how they are read.
-    r.recover = forced || (r.recover && tools_active);
+    // Forced calls, and calls beside a response_format, are written as JSON by construction;
+    // recovery is how they are read.
+    r.recover = forced || (tools_active && (r.recover || !schema.is_null()));
 
     // A prompt that cannot fit is refused before it is tokenized (a multi-megabyte request
     // would take a core for seconds): the same error, with the bound instead of the count.

@@ -61,6 +61,10 @@ struct Request {
     int32_t                      max_tokens  = 0;
     int32_t                      top_logprobs = -1;  // -1: no logprobs
     double                       timeout_ms   = 0;
+    // A response_format beside tools: the schema's own grammar, which replaces the call-or-
+    // answer grammar when the first token the model would write unconstrained cannot open a
+    // call (token_choice.cpp): forced to open with "{", small models write a call every time.
+    std::string                  answer_grammar;
     bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits while no grammar constrains it
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;

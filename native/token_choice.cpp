@@ -103,11 +103,31 @@ void Engine::first_token(Prepared & p) {
     }
 }
 
+// A response_format beside tools: the model's own first choice decides between a call and
+// an answer. A first token (unconstrained argmax) that may open a call -- a control token
+// (qwen's <tool_call>), whitespace, or text starting with { [ ` or < -- keeps the
+// call-or-answer grammar; any other means the model meant to answer in text, and the
+// schema's grammar takes over, so that the answer is the schema's JSON.
+void Engine::route_first_token(Prepared & p, int32_t row) {
+    const llama_token tok   = argmax_token(p.req, row);
+    const std::string piece = common_token_to_piece(vocab_, tok, true);
+    const size_t      first = piece.find_first_not_of(" \t\r\n");
+    const bool opener = llama_vocab_is_control(vocab_, tok) || first == std::string::npos ||
+                        std::string("{[`<").find(piece[first]) != std::string::npos;
+    if (!opener) {
+        p.sampler = std::move(p.answer_sampler);
+    }
+    p.answer_sampler.reset();
+}
+
 // The token that follows the last evaluation, from row `row` of its logits (-1: the
 // last row): a forced one (test hooks), the argmax, or the sampler's choice.
 void Engine::choose_next(Prepared & p, int32_t row) {
     const Request & req = p.req;
     const size_t    n   = p.rep.n_decoded;
+    if (p.answer_sampler && n >= req.forced.size()) {
+        route_first_token(p, row);
+    }
     llama_token     tok;
     bool            argmax = false;
     if (n < req.forced.size()) {

@@ -154,6 +154,22 @@ std::string forced_call_grammar(const json & tools, const std::string & only, bo
     return memo.get(tools, only, parallel);
 }
 
+std::string call_or_answer_grammar(const json & tools, bool parallel, const std::string & template_grammar,
+                                   const std::string & answer) {
+    // Every alternative is open from the first token (none is lazy): the model picks one by
+    // what it writes first, its template's call opener (qwen's <tool_call>) or "{", and the
+    // grammar keeps a stack per alternative until the text tells them apart.
+    std::string grammar = prefix_rules(forced_call_grammar(tools, "", parallel), "call-");
+    grammar += prefix_rules(answer, "answer-");
+    if (!template_grammar.empty()) {
+        grammar += prefix_rules(template_grammar, "tpl-");
+        grammar += "root ::= tpl-root | call-root | answer-root\n";
+    } else {
+        grammar += "root ::= call-root | answer-root\n";
+    }
+    return grammar;
+}
+
 void add_bare_call_grammar(const json & tools, bool parallel, common_params_sampling & s) {
     // bare-root is one call; with parallel calls, a list of them is one value too.
     // Nothing may follow it: a small model that goes on writing call after call (the

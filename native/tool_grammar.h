@@ -19,6 +19,13 @@ namespace el {
 // also a list of them when `parallel`.
 std::string forced_call_grammar(const json & tools, const std::string & only, bool parallel);
 
+// GBNF for a response_format offered beside tools (tool_choice "auto"): the output is
+// a call in the template's own syntax (`template_grammar`, its tool-call grammar, may be
+// empty), a call as {"name", "arguments"} JSON (read back by recovery), or `answer`, the
+// schema's grammar.
+std::string call_or_answer_grammar(const json & tools, bool parallel, const std::string & template_grammar,
+                                   const std::string & answer);
+
 // Constrain a bare (or ```json fenced) JSON call at the start of the output, combined
 // with the template's own lazy tool-call grammar when there is one (`template_grammar`
 // and its triggers already in `s`): one grammar whose root is either, both triggers.
