@@ -19,6 +19,7 @@ from typing import Any
 from . import planner
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .model import Model, Result
+from .repeats import call_key, nudge_text
 from .tools import Tool, ToolArgumentError, as_tools
 
 __all__ = ["Agent", "AgentResult", "Event"]
@@ -26,32 +27,9 @@ __all__ = ["Agent", "AgentResult", "Event"]
 Event = dict[str, Any]
 Runner = Callable[[dict[str, Any]], Any]
 
-NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
 # Options that shape tool calls: the planning and answer turns have no tools. The answer
 # keeps the caller's response_format; the plan, a list of lines, does not.
 _TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "tool_call_recovery")
-
-
-def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]]) -> str:
-    """The request for the answer: the question again and every result, so a small model
-    that lost the thread of a long transcript can still state them all."""
-    if not results:
-        return NUDGE
-    asked = f"My question was: {question}\n" if question else ""
-    return (
-        f"{asked}The tools returned:\n{planner.facts(results)}\n"
-        "Now answer my question in plain text, stating every result. Do not call any more tools."
-    )
-
-
-def _call_key(call: dict[str, Any]) -> tuple[str, str]:
-    """A call's identity: its name and its arguments, whatever their formatting."""
-    fn = call["function"]
-    try:
-        args = json.dumps(json.loads(fn["arguments"]), sort_keys=True)
-    except (json.JSONDecodeError, TypeError):
-        args = str(fn["arguments"])
-    return fn["name"], args
 
 
 def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
@@ -137,7 +115,7 @@ class _Run:
         """Record a turn of the plan's current step: "calls", "answer", "next" or "context_full"."""
         self.turns.append(result)
         message, calls, self.invalid = _with_invalid_calls(result)
-        fresh = [c for c in calls if _call_key(c) not in self.done]
+        fresh = [c for c in calls if call_key(c) not in self.done]
         self.pending = fresh
         self.step_turns += 1
         if fresh or not calls:
@@ -169,9 +147,12 @@ class _Run:
         self.pending = calls
         if not self.nudged and _stuck(result, calls, self.done):
             # Small models often ask again for results they already have, or run on
-            # writing calls as text. Ask once, plainly, for the answer instead.
+            # writing calls as text. Ask once, plainly, for the answer instead. (Offering the
+            # tools again first, as the doors do, made qwen2.5-coder-0.5b repeat once more and
+            # then write its calls as text: tests/test_agent.py's two-tool task.)
             self.nudged = True
-            self.messages.append({"role": "user", "content": nudge_text(self.question, self.results)})
+            content = nudge_text(self.question, self.results)
+            self.messages.append({"role": "user", "content": content})
             return "nudge"
         self.messages.append(message)
         if result.get("truncated"):
@@ -179,7 +160,7 @@ class _Run:
         return "calls" if calls else "answer"
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
-        self.done.add(_call_key(call))
+        self.done.add(call_key(call))
         self.results.append((call, output))
         message = {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
         self.messages.append(message)
@@ -192,7 +173,7 @@ class _Run:
 
 def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
     if calls:
-        return all(_call_key(c) in done for c in calls)
+        return all(call_key(c) in done for c in calls)
     content = (result.get("content") or "").lstrip()
     return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
 
@@ -240,9 +221,9 @@ class Agent:
     without a system message; a list that starts with a different one is refused).
 
     When the model only repeats calls it already made, or runs on writing calls as
-    text until its token limit (common with small local models), the loop asks it
-    once, as a user message, for the answer with tools switched off (``"nudge"`` event),
-    restating the question and every result.
+    text until its token limit (common with small local models), the loop asks it, in a
+    user message restating the question and every result, once, for the answer with tools
+    switched off (``"nudge"`` event; ``pyshim.repeats``).
 
     ``plan=True`` is for small models (about 1B parameters and under) on requests with
     several parts: the model first lists the steps in a planning chat of its own

@@ -36,14 +36,13 @@ The mapping:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError
+from .openai_api import ApiError, key_scope
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -91,8 +90,7 @@ def api_key(headers: Mapping[str, str]) -> str | None:
 
 def session_name(session: str, key: str | None) -> str:
     """The library's session for a client's: within a digest of its API key."""
-    digest = hashlib.sha256((key or "").encode()).hexdigest()[:16]
-    return f"anthropic:{digest}:{session}"
+    return f"anthropic:{key_scope(key)}:{session}"
 
 
 @dataclass

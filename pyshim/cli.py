@@ -201,6 +201,13 @@ def add_serve_parser(sub: Any) -> None:
         default=None,
         help="leave tool calls written as JSON text in the content",
     )
+    ps.add_argument(
+        "--keep-repeated-calls",
+        dest="answer_repeats",
+        action="store_false",
+        help="return a turn that only repeats answered tool calls as it is (default: ask for the answer; "
+        "pyshim/repeats.py)",
+    )
     ps.add_argument("--llama-log", dest="log", action="store_true", default=None, help="print llama.cpp's log")
     ps.set_defaults(func=cmd_serve)
 
@@ -231,6 +238,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         cors_origins=args.cors_origin,
         log_level=args.log_level,
+        answer_repeats=args.answer_repeats,
     )
     return serve(settings)
 

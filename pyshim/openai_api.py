@@ -9,6 +9,7 @@ fields, checks the envelope, and builds OpenAI's exact ``chat.completion`` /
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -19,7 +20,10 @@ __all__ = [
     "ApiError",
     "ChatRequest",
     "Completion",
+    "check_limits",
     "error_body",
+    "key_scope",
+    "openai_logprobs",
     "parse_request",
 ]
 
@@ -92,7 +96,13 @@ def _expect(body: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
     return value
 
 
-def _check_limits(body: Mapping[str, Any]) -> None:
+def key_scope(key: str | None) -> str:
+    """The scope of an API key in session names: a digest, so that two keys never share a
+    session (and the key itself appears in no name)."""
+    return hashlib.sha256((key or "").encode()).hexdigest()[:16]
+
+
+def check_limits(body: Mapping[str, Any]) -> None:
     """What OpenAI refuses that the library would run: more than 4 stop strings, a temperature
     outside [0, 2]."""
     stop = body.get("stop")
@@ -122,7 +132,7 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     stream = bool(_expect(body, "stream", bool, "a boolean"))
     stream_options = _expect(body, "stream_options", dict, "an object") or {}
 
-    _check_limits(body)
+    check_limits(body)
     options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:
@@ -135,7 +145,7 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     return ChatRequest(model, messages, tools, options, stream, bool(stream_options.get("include_usage")))
 
 
-def _logprobs(logprobs: Any) -> Any:
+def openai_logprobs(logprobs: Any) -> Any:
     """The library's logprobs without its extra token "id", in OpenAI's exact shape."""
     if not logprobs:
         return None
@@ -183,6 +193,7 @@ class Completion:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
+        self.logprobs_sent = 0  # entries the stream's chunks carried so far
 
     def _envelope(self, obj: str, choices: list[Any], usage: Any) -> dict[str, Any]:
         return {
@@ -205,7 +216,7 @@ class Completion:
         choice = {
             "index": 0,
             "message": message,
-            "logprobs": _logprobs(result.get("logprobs")),
+            "logprobs": openai_logprobs(result.get("logprobs")),
             "finish_reason": FINISH_REASONS.get(result["finish_reason"], result["finish_reason"]),
         }
         return self._envelope("chat.completion", [choice], _usage(result))
@@ -233,13 +244,20 @@ class Completion:
             out["reasoning_content"] = delta["reasoning_content"]
         if delta.get("tool_calls"):
             out["tool_calls"] = _merged_calls(delta["tool_calls"])
-        return self.chunk(out, usage=usage) if out else None
+        if not out:
+            return None
+        logprobs = delta.get("logprobs")
+        self.logprobs_sent += len((logprobs or {}).get("content") or [])
+        return self.chunk(out, logprobs=openai_logprobs(logprobs), usage=usage)
 
     def final_chunk(self, result: Mapping[str, Any], usage: bool) -> dict[str, Any]:
-        """The chunk closing the choice: its finish reason, and all logprobs (the library's
-        deltas carry none; OpenAI's stream helpers concatenate them across chunks)."""
+        """The chunk closing the choice: its finish reason, and the logprobs no chunk carried
+        yet (the tokens of held-back text: a stop string, the end); each chunk before carried
+        its own tokens', and OpenAI's stream helpers concatenate them across chunks."""
         reason = FINISH_REASONS.get(result["finish_reason"], result["finish_reason"])
-        return self.chunk({}, reason, _logprobs(result.get("logprobs")), usage=usage)
+        rest = (result.get("logprobs") or {}).get("content") or []
+        rest = rest[self.logprobs_sent :]
+        return self.chunk({}, reason, openai_logprobs({"content": rest}) if rest else None, usage=usage)
 
     def usage_chunk(self, result: Mapping[str, Any]) -> dict[str, Any]:
         return self._envelope("chat.completion.chunk", [], _usage(result))

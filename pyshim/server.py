@@ -1,7 +1,8 @@
 """``python -m pyshim serve``: the OpenAI- and Anthropic-compatible HTTP door over one model (Starlette + uvicorn).
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``
-(OpenAI's shapes, errors ``{"error": {"message", "type", "param", "code"}}``), and ``POST /v1/messages``,
+Routes: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``GET``/``DELETE /v1/responses/{id}``
+(``pyshim/responses_api.py``), ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (OpenAI's
+shapes, errors ``{"error": {"message", "type", "param", "code"}}``), and ``POST /v1/messages``,
 ``POST /v1/messages/count_tokens`` (Anthropic's shapes and errors, ``pyshim/anthropic_api.py``).
 
 The invariants this module keeps:
@@ -35,10 +36,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import aio, anthropic_api
+from . import aio, anthropic_api, repeats, responses_api
 from .errors import ContextFull, InvalidRequest
 from .model import Model
-from .openai_api import ApiError, ChatRequest, Completion, error_body, parse_request
+from .openai_api import ApiError, ChatRequest, Completion, error_body, key_scope, parse_request
 
 __all__ = ["Door", "Settings", "create_app", "serve"]
 
@@ -60,6 +61,7 @@ class Settings:
     max_queue: int = 16
     cors_origins: list[str] = field(default_factory=list)
     log_level: str = "info"
+    answer_repeats: bool = True  # see _generate
 
 
 class Door:
@@ -71,6 +73,7 @@ class Door:
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[], None] = lambda: None
         self.created = int(time.time())
+        self.responses = responses_api.ResponseStore()
 
     async def load(self) -> None:
         try:
@@ -89,14 +92,14 @@ class Door:
             raise ApiError(503, "the model is still loading", code="model_loading")
         return self.model
 
-    def check_key(self, request: Request) -> None:
+    def check_key(self, request: Request) -> str:
+        """The scope of the request's key (see key_scope); 401 unless it is the server's key."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
         key = self.settings.api_key
-        if key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        if key is not None and not hmac.compare_digest(token.encode(), key.encode()):
             raise ApiError(401, "incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+        return key_scope(token)
 
     def check_model(self, name: str) -> None:
         if name not in (self.settings.name, self.settings.model):
@@ -200,6 +203,8 @@ class _EventStream(StreamingResponse):
 def _model_ms(result: Any) -> float:
     """Time the library spent on the call (template, cache, prefill, decode): what is left of a
     client's wall time is the door's own cost (bench/door.py reads it from a response header)."""
+    if "_model_ms" in result:  # several generations (_generate's repeat guard)
+        return float(result["_model_ms"])
     return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
 
 
@@ -235,10 +240,31 @@ async def _events(
     yield "data: [DONE]\n\n"
 
 
-def _timed(response: Response, started: float, model_ms: float) -> Response:
+async def _generate(door: Door, request: Request, model: Model, messages: list[Any], tools: Any, options: Any) -> Any:
+    """One non-streamed generation, and the repeat guard (pyshim/repeats.py): a turn whose calls
+    all repeat calls already answered, with tool_choice auto, is asked once more, with the
+    question and the results restated and tools off, as pyshim.Agent does. Small models otherwise
+    repeat the same call until the client's loop gives up (``serve --keep-repeated-calls`` turns
+    it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A streamed call is not guarded:
+    its call has gone out before it is known to be a repeat."""
+    result = await _unless_disconnected(request, aio.agenerate(model, messages, tools, **options))
+    choice = options.get("tool_choice", "auto")
+    if not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
+        return result
+    spent = _model_ms(result)
+    turn = [*messages, repeats.nudge(messages)]
+    work = aio.agenerate(model, turn, tools, **{**options, "tool_choice": "none"})
+    result = await _unless_disconnected(request, work)
+    return {**result, "_repeat_nudges": 1, "_model_ms": spent + _model_ms(result)}
+
+
+def _timed(response: Response, started: float, result: Any) -> Response:
     """Tell the client where its wait went: the standard ``Server-Timing`` header with the
     library's time (``model``) and the rest of this handler's (``door``: reading and parsing
     the body, the hop to the model's thread and back, building the response)."""
+    model_ms = _model_ms(result)
+    if result.get("_repeat_nudges"):
+        response.headers["X-Pyshim-Repeat-Nudges"] = str(result["_repeat_nudges"])
     door_ms = (time.perf_counter() - started) * 1e3 - model_ms
     response.headers["X-Pyshim-Model-Ms"] = f"{model_ms:.3f}"
     response.headers["Server-Timing"] = f"model;dur={model_ms:.3f}, door;dur={door_ms:.3f}"
@@ -257,8 +283,8 @@ async def chat_completions(request: Request) -> Response:
     comp = Completion(door.settings.name)
     try:
         if not req.stream:
-            result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
-            return _timed(JSONResponse(comp.response(result)), started, _model_ms(result))
+            result = await _generate(door, request, model, req.messages, req.tools, req.options)
+            return _timed(JSONResponse(comp.response(result)), started, result)
         stream = aio.astream(model, req.messages, req.tools, **req.options)
         deltas = aiter(stream)
         # The first delta (or the end) comes before the headers, so that a request the library
@@ -292,9 +318,13 @@ async def anthropic_messages(request: Request) -> Response:
         door.check_model(req.model)
         msg = anthropic_api.Message(door.settings.name, req)
         if not req.stream:
-            result = await _unless_disconnected(request, aio.agenerate(model, req.messages, req.tools, **req.options))
+            if counting:  # no repeat guard: nothing is answered
+                work = aio.agenerate(model, req.messages, req.tools, **req.options)
+                result = await _unless_disconnected(request, work)
+            else:
+                result = await _generate(door, request, model, req.messages, req.tools, req.options)
             answer = anthropic_api.count_response(result) if counting else msg.response(result)
-            return _timed(JSONResponse(answer), started, _model_ms(result))
+            return _timed(JSONResponse(answer), started, result)
         stream = aio.astream(model, req.messages, req.tools, **req.options)
         deltas = aiter(stream)
         try:  # the first delta before the headers, as in chat_completions
@@ -324,6 +354,78 @@ async def anthropic_messages(request: Request) -> Response:
     except Exception as e:
         answer, status = anthropic_api.error_response(_error(e))
         return JSONResponse(answer, status_code=status)
+
+
+async def responses(request: Request) -> Response:
+    """``POST /v1/responses``: OpenAI's Responses API (the translation is pyshim/responses_api.py);
+    an answered response is kept for ``previous_response_id`` unless ``store`` is false."""
+    started = time.perf_counter()
+    door: Door = request.app.state.door
+    try:
+        scope = door.check_key(request)
+        model = door.ready()
+        body = await _read_json(request, door.settings.max_request_bytes)
+        out = responses_api.Responder(door.settings.name)
+        req = responses_api.parse_request(body, out.id, scope, door.responses, request.headers.get("x-session-id"))
+        door.check_model(req.model)
+        if not req.stream:
+            result = await _generate(door, request, model, req.messages, req.tools, req.options)
+            answer = out.response(req, result)
+            if req.store:
+                door.responses.put(out.id, out.stored(req, result, answer))
+            return _timed(JSONResponse(answer), started, result)
+        stream = aio.astream(model, req.messages, req.tools, **req.options)
+        deltas = aiter(stream)
+        try:  # the first delta before the headers, as in chat_completions
+            first = await _unless_disconnected(request, anext(deltas, None))
+        except BaseException:
+            await stream.aclose()
+            raise
+        return _EventStream(_response_events(door, out, req, stream, deltas, first))
+    except _ClientGone:
+        return Response(status_code=499)
+    except Exception as e:
+        return _error_response(e)
+
+
+async def _response_events(
+    door: Door,
+    out: responses_api.Responder,
+    req: responses_api.ResponsesRequest,
+    stream: aio.AsyncStream,
+    deltas: AsyncIterator[Any],
+    delta: Any,
+) -> AsyncIterator[str]:
+    events = responses_api.ResponseStream(out, req)
+    try:
+        head = events.start()
+        while delta is not None:
+            if chunk := head + events.delta(delta):
+                yield chunk
+                head = ""
+            delta = await anext(deltas, None)
+        assert stream.result is not None
+        tail, answer = events.finish(stream.result)
+        if req.store:
+            door.responses.put(out.id, out.stored(req, stream.result, answer))
+        yield head + tail
+    except Exception as e:  # after the 200 went out, an error can only travel as an event
+        yield events.error(_error(e))
+    finally:
+        await stream.aclose()
+
+
+async def stored_response(request: Request) -> Response:
+    """``GET`` / ``DELETE /v1/responses/{id}``: a stored response, within the caller's key."""
+    door: Door = request.app.state.door
+    scope = door.check_key(request)
+    response_id = request.path_params["response_id"]
+    if request.method == "DELETE":
+        if door.responses.delete(response_id, scope):
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+    elif (item := door.responses.get(response_id, scope)) is not None:
+        return JSONResponse(item.response)
+    raise ApiError(404, f"No response found with id '{response_id}'.", param="response_id", code="not_found")
 
 
 async def list_models(request: Request) -> Response:
@@ -384,6 +486,8 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
             Route("/v1/messages", anthropic_messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", anthropic_messages, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),

@@ -77,6 +77,40 @@ def test_json_schema_output_parses_and_validates(qwen: pyshim.Model) -> None:
     assert all(isinstance(x, str) for x in data["languages"])
 
 
+WORD = {
+    "type": "json_schema",
+    "json_schema": {"name": "word", "schema": {"type": "object", "properties": {"word": {"type": "string"}},
+                                                "required": ["word"], "additionalProperties": False}},
+}  # fmt: skip
+
+
+def test_response_format_beside_tools_gives_a_call_or_an_answer_in_the_schema(
+    qwen: pyshim.Model, smol: pyshim.Model
+) -> None:
+    """OpenAI takes both (openai-agents sends both for an agent with an output_type and tools).
+    A model that means to call gets a valid call; one that means to answer in text -- smollm2
+    here, which under the call-or-answer grammar alone wrote a call every time -- answers in
+    the schema, because its first unconstrained token chose (el_shim.h, response_format)."""
+    call = qwen.generate(
+        user("What is the weather in Paris?"), [WEATHER_TOOL], response_format=WORD, max_tokens=60, temperature=0
+    )
+    assert call["finish_reason"] == "tool_calls" and [c["function"]["name"] for c in call["tool_calls"]] == [
+        "get_weather"
+    ]
+    assert "city" in json.loads(call["tool_calls"][0]["function"]["arguments"])
+    question = user("Translate the word 'cat' into French.")
+    answer = smol.generate(question, [WEATHER_TOOL], response_format=WORD, max_tokens=30, temperature=0)
+    assert answer["tool_calls"] == [] and set(json.loads(answer["content"])) == {"word"}
+    stream = smol.stream(question, [WEATHER_TOOL], response_format=WORD, max_tokens=30, temperature=0)
+    assert "".join(d.get("content") or "" for d in stream) == answer["content"]
+    # A forced call still wins over the schema.
+    # (smollm2 pads a forced call with blank lines the grammar allows: give it room.)
+    forced = smol.generate(
+        question, [WEATHER_TOOL], response_format=WORD, tool_choice="required", max_tokens=120, temperature=0
+    )
+    assert [c["function"]["name"] for c in forced["tool_calls"]] == ["get_weather"]
+
+
 def test_json_object_output_is_an_object(smol: pyshim.Model) -> None:
     r = smol.generate(
         user("Give me a JSON object about cats."), response_format={"type": "json_object"}, max_tokens=120

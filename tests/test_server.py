@@ -171,6 +171,19 @@ def test_logprobs_plain_and_streamed(smol_url: str) -> None:
         final = s.get_final_completion().choices[0]
     assert final.logprobs is not None and final.logprobs.content
     assert [t.token for t in final.logprobs.content] == [t.token for t in lp.content]
+    # Each chunk with text carries its own tokens' logprobs, not the last chunk all of them.
+    chunks = list(c.chat.completions.create(logprobs=True, stream=True, **args))
+    texts = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert len(texts) > 1 and all(ch.choices[0].logprobs and ch.choices[0].logprobs.content for ch in texts)
+    for ch in texts:
+        tokens = "".join(t.token for t in ch.choices[0].logprobs.content)  # type: ignore[union-attr]
+        assert tokens.startswith(ch.choices[0].delta.content or "") or (ch.choices[0].delta.content or "").endswith(
+            tokens
+        )
+    streamed = [
+        t.token for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content or []
+    ]
+    assert streamed == [t.token for t in lp.content]
 
 
 def test_sessions_keep_their_cache(smol_url: str) -> None:
