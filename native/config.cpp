@@ -92,7 +92,8 @@ Config parse_config(const char * config_json) {
     }
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
                             "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "deterministic", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
-                            "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split"}, "config");
+                            "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split", "embd_ctx",
+                            "embd_pooling"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
     if (c.model.empty()) {
@@ -119,6 +120,11 @@ Config parse_config(const char * config_json) {
     c.chat_template = get_string(j, "chat_template", "");
     c.tool_call_recovery = get_bool(j, "tool_call_recovery", c.tool_call_recovery);
     c.log           = get_bool(j, "log", c.log);
+    c.embd_ctx      = (int32_t) get_int(j, "embd_ctx", c.embd_ctx, 8, 1 << 20);
+    c.embd_pooling  = get_string(j, "embd_pooling", c.embd_pooling);
+    if (c.embd_pooling != "auto" && c.embd_pooling != "mean" && c.embd_pooling != "cls" && c.embd_pooling != "last") {
+        fail("\"embd_pooling\" must be \"auto\", \"mean\", \"cls\" or \"last\"");
+    }
     parse_offload(j, c);
     c.deterministic = get_bool(j, "deterministic", c.deterministic);
     check_deterministic(j, c);

@@ -37,6 +37,8 @@ struct Config {
     std::vector<std::string> rpc;             // rpc-server endpoints, "host:port"
     int32_t     rpc_timeout_ms = 60000;       // connect and per-round-trip socket timeout
     std::vector<float> tensor_split;          // share of the offloaded layers per device
+    int32_t     embd_ctx      = 512;          // tokens per el_embed input (its context's size)
+    std::string embd_pooling  = "auto";       // the model's own pooling, else mean
 };
 
 // Parse and check el_open's config_json; throws UserError naming the bad key.

@@ -221,6 +221,19 @@ EL_API char * el_generate_stream(el_handle * handle, const char * messages_json,
     return generate_on(handle, messages_json, tools_json, options_json, callback, user_data);
 }
 
+EL_API char * el_embed(el_handle * handle, const char * input_json, const char * options_json) {
+    return guarded([&]() -> std::string {
+        // As generate_on: the reference keeps the engine alive (el_close waits for it), and
+        // the epoch read first is what el_cancel's later bump is measured against.
+        const char *                  why = kClosed;
+        const std::shared_ptr<Engine> e   = lookup(handle, &why);
+        if (!e || e->closing) {
+            return error_json(why);
+        }
+        return e->embed(input_json, options_json, e->cancel_epoch.load());
+    });
+}
+
 EL_API int el_cancel(el_handle * handle) {
     // Under the registry lock and without taking a reference: el_cancel never ends up
     // holding the last reference to an engine, so it never frees a model (or blocks).

@@ -178,8 +178,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 9
-#define EL_ABI_VERSION "1.9"
+#define EL_ABI_VERSION_MINOR 10
+#define EL_ABI_VERSION "1.10"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -260,6 +260,11 @@ EL_API const char *el_build_info(void);
 **   tool_call_recovery  turn a tool call written as bare or fenced JSON in
 **                  the content into tool_calls (see el_generate)     (true)
 **   log            let llama.cpp print its log to stderr            (false)
+**   embd_ctx       tokens one el_embed input may have: the size of the
+**                  embedding context (1.10), capped at the model's own   (512)
+**   embd_pooling   "auto" | "mean" | "cls" | "last": how el_embed pools
+**                  hidden states; "auto" is the model's own (an embedding
+**                  model's GGUF names it), else "mean" (1.10)        ("auto")
 **
 ** Returns a handle, or NULL on failure; then el_last_error() says why (file
 ** missing, not a GGUF file, bad JSON, unknown key, out of memory, an RPC
@@ -474,6 +479,39 @@ typedef int (*el_stream_cb)(const char *delta_json, void *user_data);
 EL_API char *el_generate_stream(el_handle *handle, const char *messages_json,
                                 const char *tools_json, const char *options_json,
                                 el_stream_cb callback, void *user_data);
+
+/*
+** el_embed (1.10): embeddings of texts, pooled from the model's hidden states.
+**
+**   input_json    a string, an array of strings (at most 2048), an array of
+**                 token ids, or an array of such arrays; strings are tokenized
+**                 as the model's vocabulary says (its BOS/EOS added where it
+**                 adds them), no chat template applied
+**   options_json  NULL or an object: normalize (unit length, as OpenAI's
+**                 embeddings are; true), truncate (an input longer than
+**                 embd_ctx keeps its first embd_ctx tokens rather than being
+**                 refused; false), timeout_ms (0: none)
+**
+** Returns {"data": [{"index", "embedding": [n_embd floats], "n_tokens",
+** "truncated"?}], "n_embd", "pooling" ("mean" | "cls" | "last"),
+** "normalized", "n_tokens" (all inputs), "ms_total", "abi_version"}, or
+** {"error": ...}: an empty string, a token id outside the vocabulary, an
+** input over embd_ctx without truncate, a handle with "rpc" devices (not
+** served), a dead, closed or inherited handle, el_cancel, el_close or the
+** timeout (each stops it within one input's evaluation).
+**
+** The embeddings come from a context of their own beside the slots (created on
+** the first el_embed: embd_ctx tokens of cache and its compute buffer), on the
+** same weights. Each input is evaluated alone, in one batch, on a cleared cache:
+** its vector depends only on its tokens, never on other inputs, other calls or
+** what the slots hold, and it reads and writes no conversation's state.
+** WHAT IT MAY DO TO OTHER CALLS: its evaluations take turns with the handle's
+** generation steps on the compute lane (see THREADS), each costing them the
+** time one input takes; it never takes the handle's lock, so generations go on
+** between its inputs. Embed calls on one handle run one at a time: a second
+** waits (bounded by its timeout_ms, el_cancel and el_close). Thread-safe.
+*/
+EL_API char *el_embed(el_handle *handle, const char *input_json, const char *options_json);
 
 /*
 ** el_cancel: ask every call that has begun on this handle (running, or

@@ -13,6 +13,7 @@
 #include "chat.h"
 #include "config.h"
 #include "el_shim.h"
+#include "embedding.h"
 #include "json_args.h"
 #include "llama.h"
 #include "message_cache.h"
@@ -58,6 +59,10 @@ class Engine {
     // takes `mu` itself. `epoch` is cancel_epoch as it was when the call began.
     std::string run(const char * messages_json, const char * tools_json, const char * options_json,
                     el_stream_cb callback, void * user_data, uint64_t epoch);
+
+    // el_embed (embedding.cpp): pooled embeddings from a context of the engine's own,
+    // created on first use; never takes `mu`, so generation goes on meanwhile.
+    std::string embed(const char * input_json, const char * options_json, uint64_t epoch);
 
     // el_stats' object; the caller holds `mu`.
     json stats() const;
@@ -189,6 +194,8 @@ class Engine {
     } eval_;
     static constexpr size_t   kRemembered = 64;
     std::deque<std::string>   cancelled_ids_;  // most recent last
+    std::mutex                embedder_mu_;   // guards creating embedder_
+    std::unique_ptr<Embedder> embedder_;      // el_embed's context, once asked for
     RpcLink                   rpc_;           // remote devices (config "rpc"); inactive without
     std::vector<float>        tensor_split_;  // llama_max_devices() entries, alive while loading
 

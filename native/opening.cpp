@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "embedding.h"
 
 #include <algorithm>
 #include <memory>
@@ -33,8 +34,10 @@ Engine::~Engine() {
         if (batch_.token != nullptr) {
             llama_batch_free(batch_);
         }
+        (void) embedder_.release();  // its context lives on the failed backend too
         return;
     }
+    embedder_.reset();  // its context goes before the model it shares
     if (slots_) {
         slots_->clear_caches();
     }

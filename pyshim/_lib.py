@@ -30,6 +30,7 @@ const char *el_last_error(void);
 char *el_generate(el_handle *handle, const char *messages_json, const char *tools_json, const char *options_json);
 char *el_generate_stream(el_handle *handle, const char *messages_json, const char *tools_json,
                          const char *options_json, el_stream_cb callback, void *user_data);
+char *el_embed(el_handle *handle, const char *input_json, const char *options_json);
 int el_cancel(el_handle *handle);
 int el_cancel_request(el_handle *handle, const char *request_id);
 int el_reset(el_handle *handle);

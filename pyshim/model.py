@@ -11,6 +11,9 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
+import numpy.typing as npt
+
 from . import _sigint, models
 from ._call import DONE, Call, run_in_worker
 from ._lib import encode, encode_messages, ffi, lib, read_json, take_json
@@ -22,8 +25,10 @@ if TYPE_CHECKING:
 Message = Mapping[str, Any]
 Delta = dict[str, Any]
 Result = dict[str, Any]
+# What el_embed takes: a text, texts, a token-id list, or token-id lists.
+EmbedInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 
-__all__ = ["Delta", "Model", "Result", "Stream", "default_model", "generate"]
+__all__ = ["Delta", "EmbedInput", "Model", "Result", "Stream", "default_model", "generate"]
 
 
 class _Closes:
@@ -132,6 +137,26 @@ class Model(_Closes):
         stream = Stream(self, messages, tools, options)
         self._calls.add(stream._call)
         return stream
+
+    def embed(
+        self, input: EmbedInput, *, normalize: bool = True, truncate: bool = False, timeout_ms: int = 0
+    ) -> npt.NDArray[np.float32]:
+        """Embeddings pooled from the model's hidden states (el_embed): a vector of ``n_embd``
+        float32 for one text (or one token-id list), a ``(len(input), n_embd)`` array for a list.
+
+        Unit length unless ``normalize=False``; an input longer than the model's ``embd_ctx``
+        (an el_open setting, 512 by default) is refused unless ``truncate=True`` keeps its start.
+        The first call creates the embedding context; generations on the model go on meanwhile.
+        """
+        result = self.embeddings(input, normalize=normalize, truncate=truncate, timeout_ms=timeout_ms)
+        rows = np.array([item["embedding"] for item in result["data"]], dtype=np.float32)
+        single = isinstance(input, str) or (bool(input) and isinstance(input[0], int))
+        return rows[0] if single else rows
+
+    def embeddings(self, input: EmbedInput, **options: Any) -> Result:
+        """el_embed's whole result: ``data`` (``index``, ``embedding``, ``n_tokens``), ``n_embd``,
+        ``pooling``, ``n_tokens``, ``ms_total``. Options: ``normalize``, ``truncate``, ``timeout_ms``."""
+        return take_json(lib().el_embed(self.handle, encode(input), encode(options)))
 
     def cancel(self) -> None:
         """Stop every call in progress on this model (from another thread)."""

@@ -203,6 +203,20 @@ int main(int argc, char **argv) {
     CHECK(strstr(r, "\"finish_reason\":\"cancelled\"") != NULL, "cancel from another thread");
     el_free(r);
 
+    /* embeddings (1.10): a vector for good input, an error for bad, NULL options allowed */
+    r = el_embed(h, "[\"a cat\", \"a dog\"]", NULL);
+    CHECK(!is_error(r) && strstr(r, "\"index\":1") != NULL && strstr(r, "\"n_embd\":") != NULL, "embed");
+    el_free(r);
+    const char *bad_embed[] = {"\"\"", "[]", "{", "[-1]", NULL};
+    for (size_t i = 0; i < sizeof bad_embed / sizeof bad_embed[0]; i++) {
+        r = el_embed(h, bad_embed[i], NULL);
+        CHECK(is_error(r), "bad embed input is an error");
+        el_free(r);
+    }
+    r = el_embed(h, "\"x\"", "{\"nope\": 1}");
+    CHECK(is_error(r) && strstr(r, "nope") != NULL, "unknown embed option named");
+    el_free(r);
+
     /* stats, reset */
     r = el_stats(h);
     CHECK(!is_error(r) && strstr(r, "\"n_ctx\":1024") != NULL, "stats");
@@ -217,6 +231,9 @@ int main(int argc, char **argv) {
     expect(h, HI, NULL, NULL, 1, "use after close");
     expect(NULL, HI, NULL, NULL, 1, "NULL handle");
     CHECK(el_cancel(NULL) == -1 && el_reset(NULL) == -1, "cancel/reset NULL");
+    r = el_embed(h, "\"x\"", NULL);
+    CHECK(is_error(r) && strstr(r, "closed") != NULL, "embed after close");
+    el_free(r);
     el_free(NULL);
 
     printf("%d passed, %d failed\n", passed, failed);
