@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._lib import lib
 from .errors import ShimError
-from .model import Delta, Message, Model, Result
+from .model import Delta, EmbedInput, Message, Model, Result
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentResult
 
-__all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "agenerate", "arun", "astream", "gate"]
+__all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "arun", "astream", "gate"]
 
 # How often a cancelled call looks whether its worker has returned.
 _POLL_S = 0.05
@@ -77,6 +77,10 @@ class Gate:
         # longer in the engine than the same calls in-process (docs/bench-door.md). With
         # several, the library evaluates on a thread of its own anyway.
         self.worker = concurrent.futures.ThreadPoolExecutor(self.capacity, thread_name_prefix="pyshim-model")
+        # Embed calls run one at a time in the library (el_embed): one thread of their own, so
+        # that they never hold a generation's worker, and a count of those in or waiting for it.
+        self.embedder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyshim-embed")
+        self.embedding = 0
 
     @property
     def running(self) -> int:
@@ -197,6 +201,22 @@ async def agenerate(
         while not worker.done():
             await asyncio.wait({worker}, timeout=_POLL_S)
         raise
+
+
+async def aembed(model: Model, input: EmbedInput, **options: Any) -> Result:
+    """``Model.embeddings`` as a coroutine, on the model's embedding thread; at most the gate's
+    ``max_waiting`` calls wait behind the one running (``Overloaded`` beyond). Cancelling the
+    awaiting task does not stop an embed call already running: it finishes (within its
+    ``timeout_ms``, if given) and its result is dropped."""
+    g = gate(model)
+    if g.max_waiting is not None and g.embedding > g.max_waiting:
+        raise Overloaded(f"too many embedding requests waiting for the model ({g.embedding - 1} queued)")
+    g.embedding += 1
+    try:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(g.embedder, lambda: model.embeddings(input, **options))
+    finally:
+        g.embedding -= 1
 
 
 class AsyncStream:

@@ -1,9 +1,10 @@
 """``python -m pyshim serve``: the OpenAI- and Anthropic-compatible HTTP door over one model (Starlette + uvicorn).
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``GET``/``DELETE /v1/responses/{id}``
-(``pyshim/responses_api.py``), ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (OpenAI's
-shapes, errors ``{"error": {"message", "type", "param", "code"}}``), and ``POST /v1/messages``,
-``POST /v1/messages/count_tokens`` (Anthropic's shapes and errors, ``pyshim/anthropic_api.py``).
+(``pyshim/responses_api.py``), ``POST /v1/embeddings`` (``pyshim/embeddings_api.py``), ``GET /v1/models``,
+``GET /v1/models/{id}``, ``GET /health`` (OpenAI's shapes, errors ``{"error": {"message", "type", "param",
+"code"}}``), ``POST /v1/messages``, ``POST /v1/messages/count_tokens`` (Anthropic's shapes and errors,
+``pyshim/anthropic_api.py``), and ``GET /metrics`` (Prometheus text, ``pyshim/metrics.py``).
 
 The invariants this module keeps:
 - the event loop never blocks: each library call runs in a worker thread (``pyshim.aio``);
@@ -36,8 +37,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import aio, anthropic_api, repeats, responses_api
+from . import aio, anthropic_api, embeddings_api, repeats, responses_api
 from .errors import ContextFull, InvalidRequest
+from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
 from .openai_api import ApiError, ChatRequest, Completion, error_body, key_scope, parse_request
 
@@ -74,6 +76,15 @@ class Door:
         self.on_load_failure: Callable[[], None] = lambda: None
         self.created = int(time.time())
         self.responses = responses_api.ResponseStore()
+        self.metrics = Metrics(self.gauges)
+
+    def gauges(self) -> tuple[int, int, int]:
+        """Generations running and waiting, and the slots (for /metrics)."""
+        slots = max(1, int(self.settings.config.get("n_seq", 1)))
+        if self.model is None:
+            return 0, 0, slots
+        g = aio.gate(self.model)
+        return g.running, g.waiting, g.capacity
 
     async def load(self) -> None:
         try:
@@ -83,9 +94,13 @@ class Door:
             self.load_error = e
             self.on_load_failure()
             return
+        self.attach(model)
+        log.info("serving %s as %r", model.path, self.settings.name)
+
+    def attach(self, model: Model) -> None:
+        """Serve ``model`` (open) from now on, with this door's queue bound."""
         aio.gate(model).max_waiting = self.settings.max_queue
         self.model = model
-        log.info("serving %s as %r", model.path, self.settings.name)
 
     def ready(self) -> Model:
         if self.model is None:
@@ -213,23 +228,31 @@ def _sse(obj: Any) -> str:
 
 
 async def _events(
-    comp: Completion, stream: aio.AsyncStream, deltas: AsyncIterator[Any], first: Any, usage: bool
+    door: Door,
+    started: float,
+    comp: Completion,
+    stream: aio.AsyncStream,
+    deltas: AsyncIterator[Any],
+    first: Any,
+    usage: bool,
 ) -> AsyncIterator[str]:
     """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``."""
     try:
         # The role chunk goes out in one write with the first delta: one send and one wake-up
         # of the client less before its first token.
-        head = _sse(comp.first_chunk(usage))
+        head, first_at = _sse(comp.first_chunk(usage)), None
         delta = first
         while delta is not None:
             chunk = comp.delta_chunk(delta, usage)
             if chunk is not None:
+                first_at = first_at or time.perf_counter()
                 yield head + _sse(chunk)
                 head = ""
             delta = await anext(deltas, None)
         if head:
             yield head
         assert stream.result is not None
+        door.metrics.generation(stream.result, started, first_at)
         yield _sse(comp.final_chunk(stream.result, usage))
         if usage:
             yield _sse(comp.usage_chunk(stream.result))
@@ -240,14 +263,18 @@ async def _events(
     yield "data: [DONE]\n\n"
 
 
-async def _generate(door: Door, request: Request, model: Model, messages: list[Any], tools: Any, options: Any) -> Any:
+async def _generate(
+    door: Door, request: Request, started: float, model: Model, messages: list[Any], tools: Any, options: Any
+) -> Any:
     """One non-streamed generation, and the repeat guard (pyshim/repeats.py): a turn whose calls
     all repeat calls already answered, with tool_choice auto, is asked once more, with the
     question and the results restated and tools off, as pyshim.Agent does. Small models otherwise
     repeat the same call until the client's loop gives up (``serve --keep-repeated-calls`` turns
     it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A streamed call is not guarded:
-    its call has gone out before it is known to be a repeat."""
+    its call has gone out before it is known to be a repeat. Each generation is counted in
+    /metrics."""
     result = await _unless_disconnected(request, aio.agenerate(model, messages, tools, **options))
+    door.metrics.generation(result, started)
     choice = options.get("tool_choice", "auto")
     if not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
         return result
@@ -255,6 +282,7 @@ async def _generate(door: Door, request: Request, model: Model, messages: list[A
     turn = [*messages, repeats.nudge(messages)]
     work = aio.agenerate(model, turn, tools, **{**options, "tool_choice": "none"})
     result = await _unless_disconnected(request, work)
+    door.metrics.generation(result, started)
     return {**result, "_repeat_nudges": 1, "_model_ms": spent + _model_ms(result)}
 
 
@@ -283,7 +311,7 @@ async def chat_completions(request: Request) -> Response:
     comp = Completion(door.settings.name)
     try:
         if not req.stream:
-            result = await _generate(door, request, model, req.messages, req.tools, req.options)
+            result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
             return _timed(JSONResponse(comp.response(result)), started, result)
         stream = aio.astream(model, req.messages, req.tools, **req.options)
         deltas = aiter(stream)
@@ -294,7 +322,7 @@ async def chat_completions(request: Request) -> Response:
         except BaseException:
             await stream.aclose()
             raise
-        return _EventStream(_events(comp, stream, deltas, first, req.include_usage))
+        return _EventStream(_events(door, started, comp, stream, deltas, first, req.include_usage))
     except _ClientGone:
         return Response(status_code=499)  # nobody reads it; uvicorn drops it
     except Exception as e:  # answered here: Starlette's catch-all handler would also drop the connection
@@ -322,7 +350,7 @@ async def anthropic_messages(request: Request) -> Response:
                 work = aio.agenerate(model, req.messages, req.tools, **req.options)
                 result = await _unless_disconnected(request, work)
             else:
-                result = await _generate(door, request, model, req.messages, req.tools, req.options)
+                result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
             answer = anthropic_api.count_response(result) if counting else msg.response(result)
             return _timed(JSONResponse(answer), started, result)
         stream = aio.astream(model, req.messages, req.tools, **req.options)
@@ -335,13 +363,15 @@ async def anthropic_messages(request: Request) -> Response:
 
         async def events(out: anthropic_api.MessageStream, delta: Any) -> AsyncIterator[str]:
             try:
-                head = out.start()
+                head, first_at = out.start(), None
                 while delta is not None:
                     if chunk := head + out.delta(delta):
+                        first_at = first_at or time.perf_counter()
                         yield chunk
                         head = ""
                     delta = await anext(deltas, None)
                 assert stream.result is not None
+                door.metrics.generation(stream.result, started, first_at)
                 yield head + out.finish(stream.result)
             except Exception as e:  # after the 200 went out, an error can only travel as an event
                 yield out.error(_error(e))
@@ -369,7 +399,7 @@ async def responses(request: Request) -> Response:
         req = responses_api.parse_request(body, out.id, scope, door.responses, request.headers.get("x-session-id"))
         door.check_model(req.model)
         if not req.stream:
-            result = await _generate(door, request, model, req.messages, req.tools, req.options)
+            result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
             answer = out.response(req, result)
             if req.store:
                 door.responses.put(out.id, out.stored(req, result, answer))
@@ -381,7 +411,7 @@ async def responses(request: Request) -> Response:
         except BaseException:
             await stream.aclose()
             raise
-        return _EventStream(_response_events(door, out, req, stream, deltas, first))
+        return _EventStream(_response_events(door, started, out, req, stream, deltas, first))
     except _ClientGone:
         return Response(status_code=499)
     except Exception as e:
@@ -390,6 +420,7 @@ async def responses(request: Request) -> Response:
 
 async def _response_events(
     door: Door,
+    started: float,
     out: responses_api.Responder,
     req: responses_api.ResponsesRequest,
     stream: aio.AsyncStream,
@@ -398,13 +429,15 @@ async def _response_events(
 ) -> AsyncIterator[str]:
     events = responses_api.ResponseStream(out, req)
     try:
-        head = events.start()
+        head, first_at = events.start(), None
         while delta is not None:
             if chunk := head + events.delta(delta):
+                first_at = first_at or time.perf_counter()
                 yield chunk
                 head = ""
             delta = await anext(deltas, None)
         assert stream.result is not None
+        door.metrics.generation(stream.result, started, first_at)
         tail, answer = events.finish(stream.result)
         if req.store:
             door.responses.put(out.id, out.stored(req, stream.result, answer))
@@ -426,6 +459,33 @@ async def stored_response(request: Request) -> Response:
     elif (item := door.responses.get(response_id, scope)) is not None:
         return JSONResponse(item.response)
     raise ApiError(404, f"No response found with id '{response_id}'.", param="response_id", code="not_found")
+
+
+async def embeddings(request: Request) -> Response:
+    """``POST /v1/embeddings``: OpenAI's embeddings (pyshim/embeddings_api.py) from el_embed, one
+    call at a time on the model's embedding thread, beside the generations."""
+    started = time.perf_counter()
+    door: Door = request.app.state.door
+    try:
+        door.check_key(request)
+        model = door.ready()
+        req = embeddings_api.parse_request(await _read_json(request, door.settings.max_request_bytes))
+        door.check_model(req.model)
+        result = await _unless_disconnected(request, aio.aembed(model, req.input))
+        door.metrics.embeddings(result)
+        answer = embeddings_api.response(req, result, door.settings.name)
+        return _timed(JSONResponse(answer), started, {"_model_ms": result["ms_total"]})
+    except _ClientGone:
+        return Response(status_code=499)
+    except Exception as e:
+        return _error_response(e)
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text (pyshim/metrics.py); behind the API key when one is set."""
+    door: Door = request.app.state.door
+    door.check_key(request)
+    return Response(door.metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def list_models(request: Request) -> Response:
@@ -461,19 +521,27 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     return _error_response(exc)
 
 
-def create_app(settings: Settings) -> Starlette:
-    """The ASGI app; the model loads in the background once it starts (503 until then)."""
+def create_app(settings: Settings, model: Model | None = None) -> Starlette:
+    """The ASGI app. Without ``model``, it loads ``settings.model`` in the background once the
+    app starts (503 until then) and closes it when the app stops. With an open ``model``, the app
+    serves it at once and leaves closing it to the caller: that is the in-process door, behind
+    ``httpx.ASGITransport`` with no socket (which runs no lifespan; see the README)."""
     door = Door(settings)
+    if model is not None:
+        door.attach(model)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if model is not None:
+            yield
+            return
         loading = asyncio.ensure_future(door.load())
         yield
         await loading
         if door.model is not None:
             await asyncio.to_thread(door.model.close)
 
-    middleware = []
+    middleware = [Middleware(MetricsMiddleware, metrics=door.metrics)]
     if settings.cors_origins:
         middleware.append(
             Middleware(
@@ -490,6 +558,8 @@ def create_app(settings: Settings) -> Starlette:
             Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
             Route("/v1/messages", anthropic_messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", anthropic_messages, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
