@@ -201,6 +201,7 @@ bench-determinism: build models
 # The OpenAI door's overhead per call: the 20-turn agent session in-process and through `pyshim serve`.
 bench-door: build models
 	$(PY) -m bench.door --out docs/bench-door.md
+	$(PY) -m bench.door_routes --out docs/bench-door-routes.md
 
 # Local-only vs split over one and two loopback rpc-servers (docs/bench-rpc.md).
 bench-rpc: build models rpc-server
