@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import planner
-from .errors import AgentError, ContextFull, InvalidRequest, ShimError
+from .errors import AgentError, ContextFull, InvalidRequest, InvalidTool, ShimError
 from .model import Model, Result
-from .repeats import call_key, nudge_text
-from .tools import Tool, ToolArgumentError, as_tools
+from .repeats import call_key, calls_in_text, nudge_text
+from .tools import Tool, ToolArgumentError, as_tools, tool_output
 
-__all__ = ["Agent", "AgentResult", "Event"]
+__all__ = ["Agent", "AgentResult", "Event", "tool_output"]
 
 Event = dict[str, Any]
 Runner = Callable[[dict[str, Any]], Any]
@@ -30,6 +30,9 @@ Runner = Callable[[dict[str, Any]], Any]
 # Options that shape tool calls: the planning and answer turns have no tools. The answer
 # keeps the caller's response_format; the plan, a list of lines, does not.
 _TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "tool_call_recovery")
+# Stuck turns asked for the answer in a run: the first offers the tools that have not run yet,
+# the last offers none.
+MAX_NUDGES = 2
 
 
 def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
@@ -47,9 +50,11 @@ def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, 
 class AgentResult:
     """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
 
-    ``stopped`` says why the loop ended: ``"answer"``, ``"max_steps"``, or
+    ``stopped`` says why the loop ended: ``"answer"``, ``"max_steps"``,
     ``"context_full"`` (the conversation no longer fits the model's context; ``error``
-    says by how much, and ``messages`` still holds everything up to that point).
+    says by how much, and ``messages`` still holds everything up to that point), or
+    ``"call_as_text"``: the last turn wrote a tool call as its text, one already answered,
+    after the model was asked for the answer (``content`` is that text, not an answer).
     """
 
     content: str | None
@@ -85,7 +90,9 @@ class _Run:
     messages: list[dict[str, Any]]
     turns: list[Result] = field(default_factory=list)
     done: set[tuple[str, str]] = field(default_factory=set)
-    nudged: bool = False
+    nudges: int = 0  # stuck turns asked for the answer so far
+    offer: list[str] | None = None  # the tools the next turn is offered; None: all of them
+    tools: list[str] = field(default_factory=list)  # every tool's name
     pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, to run
     invalid: dict[str, str] = field(default_factory=dict)  # call id -> why its arguments fail the schema
     question: str = ""  # the last user message the run began with
@@ -98,8 +105,8 @@ class _Run:
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
-        if self.nudged:
-            options["tool_choice"] = "none"
+        if self.offer is not None:  # the turn after a nudge: only tools that have not run
+            options["tool_choice"] = "auto" if self.offer else "none"
         elif self.phase == "act" and self.steps[0] is not None:
             options["tool_choice"] = "required"  # a planned step is a call; the answer comes later
         return options
@@ -140,18 +147,42 @@ class _Run:
         else:
             self.messages.append(planner.step_message(self.steps[0]))  # type: ignore[arg-type]
 
+    def turn_tools(self, schemas: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if self.offer is None or schemas is None:
+            return schemas
+        return [t for t in schemas if t["function"]["name"] in self.offer] or None
+
+    def unused_tools(self) -> list[str]:
+        ran = {name for name, _ in self.done}
+        return [name for name in self.tools if name not in ran]
+
     def take(self, result: Result) -> str:
-        """Record one model turn; returns what to do next: "answer", "nudge", "calls" or "context_full"."""
+        """Record one model turn; returns what to do next: "answer", "nudge", "calls",
+        "context_full" or "call_as_text"."""
         self.turns.append(result)
+        self.offer = None
         message, calls, self.invalid = _with_invalid_calls(result)
+        if not calls and (written := calls_in_text(result.get("content"), self.tools)):
+            # A call written as the answer's text (tools were off, or the library could not
+            # recover it): a new one is run as a call; a repeat is a stuck turn.
+            calls = written
+            message = {"role": "assistant", "content": None, "tool_calls": written}
         self.pending = calls
-        if not self.nudged and _stuck(result, calls, self.done):
-            # Small models often ask again for results they already have, or run on
-            # writing calls as text. Ask once, plainly, for the answer instead. (Offering the
-            # tools again first, as the doors do, made qwen2.5-coder-0.5b repeat once more and
-            # then write its calls as text: tests/test_agent.py's two-tool task.)
-            self.nudged = True
-            content = nudge_text(self.question, self.results)
+        if _stuck(result, calls, self.done):
+            # Small models often ask again for results they already have, or run on writing
+            # calls as text. Ask, plainly, for the answer instead, restating the question and
+            # every result, and offer only the tools that have not run (a task may need one
+            # more); the last time, none. (Offering every tool again, as the doors do, made
+            # qwen2.5-coder-0.5b repeat once more and then write its calls as text.)
+            if self.nudges >= MAX_NUDGES and not result.get("tool_calls"):
+                # Asked for the answer twice, it wrote a call it has the result of: one last
+                # turn answers from the question and the results alone, as plan mode does,
+                # in a chat with no tool in sight.
+                self.phase = "answer"
+                return "nudge"
+            self.nudges += 1
+            self.offer = self.unused_tools() if self.nudges < MAX_NUDGES else []
+            content = nudge_text(self.question, self.results, self.offer)
             self.messages.append({"role": "user", "content": content})
             return "nudge"
         self.messages.append(message)
@@ -167,7 +198,7 @@ class _Run:
         return message
 
     def result(self, stopped: str, error: str | None = None) -> AgentResult:
-        content = self.turns[-1].get("content") if stopped == "answer" and self.turns else None
+        content = self.turns[-1].get("content") if stopped in ("answer", "call_as_text") and self.turns else None
         return AgentResult(content, self.messages, self.turns, stopped, error)
 
 
@@ -176,11 +207,6 @@ def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str
         return all(call_key(c) in done for c in calls)
     content = (result.get("content") or "").lstrip()
     return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
-
-
-def tool_output(value: Any) -> str:
-    """What the model sees of a tool's return value."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def settle(value: Any) -> Any:
@@ -222,8 +248,16 @@ class Agent:
 
     When the model only repeats calls it already made, or runs on writing calls as
     text until its token limit (common with small local models), the loop asks it, in a
-    user message restating the question and every result, once, for the answer with tools
-    switched off (``"nudge"`` event; ``pyshim.repeats``).
+    user message restating the question and every result, for the answer (``"nudge"``
+    event; ``pyshim.repeats``): the first time offering only the tools that have not run
+    yet (so a task that needs one more still gets it), the second time with tools off. A
+    call written as the answer's text is run if it is new; one that repeats an answered call
+    after the second nudge gets one last turn that answers from the question and the results
+    alone (plan mode's answer turn), and if that too is a call, the run ends with
+    ``stopped="call_as_text"``. A tool's return value reaches the
+    model as text as it is, anything else as JSON (``pyshim.tools.jsonable``: dataclasses,
+    pydantic models, datetimes, enums, sets, numpy values as a user would write them).
+    A dict tool needs a ``handlers`` entry (``InvalidTool`` otherwise).
 
     ``plan=True`` is for small models (about 1B parameters and under) on requests with
     several parts: the model first lists the steps in a planning chat of its own
@@ -251,7 +285,14 @@ class Agent:
         self.tools = as_tools(tools)
         self.runners: dict[str, Runner] = {name: t.call for name, t in self.tools.items() if t.fn is not None}
         for name, handler in (handlers or {}).items():
+            if name not in self.tools:
+                raise InvalidTool(f"handlers names {name!r}, which is not one of the tools: {', '.join(self.tools)}")
             self.runners[name] = lambda args, handler=handler: handler(**args)
+        if missing := [name for name in self.tools if name not in self.runners]:
+            raise InvalidTool(
+                f"the tool {missing[0]!r} is a schema without a function to run: pass handlers={{{missing[0]!r}: fn}}, "
+                "or the Python function itself as the tool"
+            )
         self.max_steps = max_steps
         self.system = system
         self.on_event = on_event
@@ -286,7 +327,7 @@ class Agent:
                     "pass only one of them"
                 )
         asked = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
-        state = _Run(messages, question=asked[-1] if asked else "")
+        state = _Run(messages, question=asked[-1] if asked else "", tools=list(self.tools))
         if self.plan and self.schemas and state.question:
             state.phase = "plan"
         return state
@@ -346,7 +387,7 @@ class Agent:
         if state.tool_turns >= self.max_steps:
             return state.result("max_steps")
         state.tool_turns += 1
-        return _Turn(state.messages, self.schemas, state.options(self.options))
+        return _Turn(state.messages, state.turn_tools(self.schemas), state.options(self.options))
 
     def _plain_options(self, **extra: Any) -> dict[str, Any]:
         options = {k: v for k, v in self.options.items() if k not in _TOOL_OPTIONS}
@@ -359,12 +400,13 @@ class Agent:
             return self._after_plan_turn(state, result)
         step = state.take(result)
         if step == "nudge":
-            self._emit({"type": "nudge", "content": state.messages[-1]["content"]})
+            if state.phase == "loop":
+                self._emit({"type": "nudge", "content": state.messages[-1]["content"]})
             return []
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")
-        if step == "answer":
-            return state.result("answer")
+        if step in ("answer", "call_as_text"):
+            return state.result(step)
         return state.pending
 
     def _after_plan_turn(self, state: _Run, result: Result) -> AgentResult | list[dict[str, Any]]:
@@ -377,7 +419,7 @@ class Agent:
         if state.phase == "answer":
             state.turns.append(result)
             state.messages += [planner.answer_messages(state.question, state.results)[-1], result["message"]]
-            return state.result("answer")
+            return state.result("call_as_text" if calls_in_text(result.get("content"), state.tools) else "answer")
         step = state.act(result)
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")

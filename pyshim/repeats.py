@@ -11,12 +11,14 @@ id); one new call, or any text answer, is never touched.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import re
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import planner
 
-__all__ = ["NUDGE", "answered", "call_key", "nudge", "nudge_text", "repeats_only"]
+__all__ = ["NUDGE", "answered", "call_key", "calls_in_text", "nudge", "nudge_text", "repeats_only"]
 
 
 def call_key(call: Mapping[str, Any]) -> tuple[str, str]:
@@ -64,17 +66,52 @@ def _question(messages: list[Mapping[str, Any]]) -> str | None:
 NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
 
 
-def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]]) -> str:
-    """The request for the answer after a stuck turn, asked with tools off: the question and
-    every result, so that a small model that lost the thread of a long transcript can still
-    state them all."""
+def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]], unused: Sequence[str] = ()) -> str:
+    """The request for the answer after a stuck turn: the question and every result, so that a
+    small model that lost the thread of a long transcript can still state them all. With tools
+    off it says so; ``unused`` names the tools still offered (those that have not run)."""
     if not results:
         return NUDGE
     asked = f"My question was: {question}\n" if question else ""
-    return (
-        f"{asked}The tools returned:\n{planner.facts(results)}\n"
-        "Now answer my question in plain text, stating every result. Do not call any more tools."
-    )
+    ending = "Now answer my question in plain text, stating every result. Do not call any more tools."
+    if unused:
+        ending = (
+            f"If my question still needs {' or '.join(unused)}, call it now. Otherwise answer my question in plain "
+            "text, stating every result."
+        )
+    return f"{asked}The tools returned:\n{planner.facts(results)}\n{ending}"
+
+
+_FENCE = re.compile(r"^\s*(?:```[a-zA-Z]*|<tool_call>)\s*(.*?)\s*(?:```|</tool_call>)?\s*$", re.DOTALL)
+
+
+def calls_in_text(content: str | None, tools: Collection[str]) -> list[dict[str, Any]]:
+    """The tool calls that a turn wrote as its whole text (bare JSON, fenced, or in
+    ``<tool_call>`` tags: ``{"name", "arguments" | "parameters"}`` or a list of them) naming
+    one of ``tools``, as OpenAI tool calls; [] when the text is anything else."""
+    if not content or not content.strip().startswith(("{", "[", "`", "<tool_call>")):
+        return []
+    match = _FENCE.match(content)
+    try:
+        value = json.loads(match.group(1) if match else content)
+    except (json.JSONDecodeError, TypeError):
+        return []
+    items = value if isinstance(value, list) else [value]
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("name") not in tools:
+            return []
+        args = item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return []
+        if not isinstance(args, dict):
+            return []
+        function = {"name": item["name"], "arguments": json.dumps(args, ensure_ascii=False)}
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+    return calls
 
 
 def nudge(messages: list[Mapping[str, Any]]) -> dict[str, str]:

@@ -9,14 +9,20 @@ refused at ``as_tool`` with an ``InvalidTool`` naming the tool and the parameter
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import datetime
+import decimal
 import enum
 import functools
 import inspect
 import json
 import math
+import pathlib
 import re
 import types
 import typing
+import uuid
 from collections import abc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +30,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from .errors import InvalidTool
 
-__all__ = ["Tool", "ToolArgumentError", "as_tool", "function_schema"]
+__all__ = ["Tool", "ToolArgumentError", "as_tool", "function_schema", "jsonable", "tool_output"]
 
 #: What OpenAI-style APIs and chat templates accept as a function name.
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -350,3 +356,63 @@ def _describe(tool: Tool) -> str:
         return "a tool dict"
     target = _unwrap(tool.fn)
     return getattr(target, "__qualname__", None) or repr(tool.fn)
+
+
+# -- what the model sees of a tool's return value ----------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """A tool's return value as plain JSON values, the way a user expects to see it rather than
+    as its ``repr``: a dataclass, a pydantic model (``model_dump(mode="json")``), a named tuple or
+    a mapping becomes an object; a list, tuple, set (sorted when it can be) or other iterable
+    an array; an enum its value; a datetime, date or time its ISO 8601 text, a timedelta its
+    seconds; a Decimal a number; a path or UUID its text; bytes their UTF-8 text, else base64;
+    a numpy scalar or array (anything with ``tolist``) its Python value. Anything else: ``str``."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return jsonable(value.model_dump(mode="json"))
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (pathlib.PurePath, uuid.UUID)):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return base64.b64encode(raw).decode()
+    return _jsonable_container(value)
+
+
+def _jsonable_container(value: Any) -> Any:
+    if isinstance(value, tuple) and callable(getattr(value, "_asdict", None)):  # a named tuple
+        return jsonable(value._asdict())
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        items = [jsonable(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return jsonable(value.tolist())
+    if isinstance(value, Iterable):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def tool_output(value: Any) -> str:
+    """What the model sees of a tool's return value: text as it is, anything else as JSON of
+    ``jsonable(value)`` (so a datetime reads ``2025-03-04T09:00:00``, a dataclass an object)."""
+    plain = jsonable(value)
+    return plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)

@@ -313,3 +313,84 @@ def test_plan_mode_keeps_the_callers_response_format_for_the_answer_only() -> No
     model.replies += [{"calls": [("slow_square", '{"x": 3}')]}, {"content": '{"squares": [4, 9]}'}]
     Agent(model, [slow_square], plan=True, response_format=fmt).run("Square 2 and 3.")  # type: ignore[arg-type]
     assert [c["options"].get("response_format") for c in model.calls] == [None, fmt, fmt, fmt]
+
+
+# -- the plain loop's defects (#37 item 3) ---------------------------------------------------------
+
+
+def km_to_miles(km: float) -> float:
+    """Convert kilometres to miles.
+
+    Args:
+        km: the distance in kilometres.
+    """
+    return round(km * 0.621371, 3)
+
+
+def test_the_first_nudge_offers_the_tools_that_have_not_run() -> None:
+    """A repeat after the first tool must not shut out the second: the nudge turn is offered
+    exactly the tools that have not run, and the one it calls runs."""
+    model = _Recording(
+        [
+            {"calls": [("km_to_miles", '{"km": 42}')]},
+            {"calls": [("km_to_miles", '{"km": 42}')]},  # stuck: a repeat
+            {"calls": [("multiply", '{"a": 26.098, "b": 3}')]},
+            {"content": "26.098 miles; times 3 is 78.294."},
+        ]
+    )
+    result = Agent(model, [km_to_miles, multiply]).run("Convert 42 km to miles, then multiply by 3.")  # type: ignore[arg-type]
+    assert result.stopped == "answer" and [m["name"] for m in result.tools_ran] == ["km_to_miles", "multiply"]
+    offered = model.calls[2]["tools"]
+    assert [t["function"]["name"] for t in offered] == ["multiply"]
+    assert model.calls[2]["options"]["tool_choice"] == "auto"
+    assert "multiply" in model.seen[2][-1]["content"]  # the nudge names it
+    assert [t["function"]["name"] for t in model.calls[3]["tools"]] == ["km_to_miles", "multiply"]
+
+
+def test_the_second_nudge_turns_tools_off_and_a_written_repeat_gets_the_answer_turn() -> None:
+    repeat = '{"name": "slow_square", "arguments": {"x": 4}}'
+    model = _Recording(
+        [
+            {"calls": [("slow_square", '{"x": 4}')]},
+            {"calls": [("slow_square", '{"x": 4}')]},  # nudge 1 (no unused tool but boom: offered)
+            {"calls": [("slow_square", '{"x": 4}')]},  # nudge 2: tools off
+            {"content": repeat},  # the repeat written as text: the answer turn from the facts
+            {"content": "4 squared is 16."},
+        ]
+    )
+    result = Agent(model, [slow_square, boom]).run("What is 4 squared?")  # type: ignore[arg-type]
+    assert [t["function"]["name"] for t in model.calls[2]["tools"]] == ["boom"]
+    assert model.calls[3]["tools"] is None and model.calls[3]["options"]["tool_choice"] == "none"
+    assert model.calls[4]["tools"] is None  # the answer turn: question and results only
+    assert "slow_square(x=4) returned: 16" in model.seen[4][-1]["content"]
+    assert result.stopped == "answer" and result.content == "4 squared is 16."
+    assert len(result.tools_ran) == 1
+
+
+def test_a_call_written_as_text_is_run_when_new_and_reported_when_it_is_all_there_is() -> None:
+    model = _Scripted([{"content": '```json\n{"name": "slow_square", "arguments": {"x": 5}}\n```'}, {"content": "25"}])
+    result = Agent(model, [slow_square]).run("What is 5 squared?")  # type: ignore[arg-type]
+    assert result.tools_ran[0]["content"] == "25" and result.stopped == "answer"
+    call = result.messages[1]
+    assert call["tool_calls"][0]["function"]["name"] == "slow_square" and call["content"] is None
+    stuck = '{"name": "slow_square", "arguments": {"x": 5}}'
+    model = _Scripted([{"calls": [("slow_square", '{"x": 5}')]}] + [{"content": stuck}] * 4)
+    result = Agent(model, [slow_square]).run("What is 5 squared?")  # type: ignore[arg-type]
+    assert result.stopped == "call_as_text" and result.content == stuck
+
+
+def test_a_dict_tool_without_a_handler_is_refused() -> None:
+    schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    with pytest.raises(InvalidTool, match=r"lookup.*handlers"):
+        Agent(_Scripted([]), [schema])  # type: ignore[arg-type]
+    with pytest.raises(InvalidTool, match="'nope'"):
+        Agent(_Scripted([]), [schema], handlers={"lookup": lambda: 1, "nope": lambda: 2})  # type: ignore[arg-type]
+    assert Agent(_Scripted([]), [schema], handlers={"lookup": lambda: 1}).runners  # type: ignore[arg-type]
+
+
+def test_qwen_runs_the_second_tool_after_a_repeat(qwen: pyshim.Model) -> None:
+    """The issue's program on the default model: before, the nudge forbade every tool after one
+    repeat and multiply never ran (answer "26.098", stopped="answer")."""
+    result = Agent(qwen, [km_to_miles, multiply]).run("Convert 42 km to miles, then multiply the result by 3.")
+    assert {m["name"] for m in result.tools_ran} == {"km_to_miles", "multiply"}
+    assert result.stopped == "answer" and "26.098" in (result.content or "")
