@@ -2,6 +2,10 @@
 
 #include "json_args.h"
 
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
 #include <cmath>
 #include <cstring>
 
@@ -124,11 +128,52 @@ std::string get_string(const json & obj, const char * key, const std::string & d
     return v->get<std::string>();
 }
 
+namespace {
+
+// Levenshtein distance, case-insensitive, capped: how far a misspelt key is from a known one.
+size_t edit_distance(const std::string & a, const std::string & b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) {
+        row[j] = j;
+    }
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];
+        row[0]      = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            const size_t up   = row[j];
+            const bool   same = std::tolower((unsigned char) a[i - 1]) == std::tolower((unsigned char) b[j - 1]);
+            row[j]            = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+            diag              = up;
+        }
+    }
+    return row[b.size()];
+}
+
+}  // namespace
+
 void reject_unknown_keys(const json & obj, const std::set<std::string> & known, const char * what) {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
-        if (!known.count(it.key())) {
-            fail(std::string("unknown ") + what + " key \"" + it.key() + "\"");
+        if (known.count(it.key())) {
+            continue;
         }
+        // The nearest known key, when it is near enough to be what was meant (a third of its
+        // letters or fewer off), and every key, so the caller need not look them up.
+        const std::string & key  = it.key();
+        std::string         best;
+        size_t              dist = std::max<size_t>(1, key.size() / 3) + 1;
+        std::string         all;
+        for (const std::string & k : known) {
+            if (k[0] == '_') {
+                continue;  // test hooks are not offered
+            }
+            all += (all.empty() ? "" : ", ") + k;
+            if (const size_t d = edit_distance(key, k); d < dist) {
+                dist = d;
+                best = k;
+            }
+        }
+        fail(std::string("unknown ") + what + " key \"" + key + "\"" +
+             (best.empty() ? "" : "; did you mean \"" + best + "\"?") + " (known keys: " + all + ")");
     }
 }
 

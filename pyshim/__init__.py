@@ -49,3 +49,15 @@ __all__ = [
     "models",
     "version",
 ]
+
+# Names that annotations use across modules which import each other, so each names them only
+# under TYPE_CHECKING: bound here, once every module is loaded, so that typing.get_type_hints
+# reads every public signature (tests/test_api_habits.py).
+from . import aio as _aio
+from . import errors as _errors
+from . import model as _model
+
+_errors.AgentResult = AgentResult  # type: ignore[attr-defined]
+_model.AsyncStream = _aio.AsyncStream  # type: ignore[attr-defined]
+_aio.Agent = Agent  # type: ignore[attr-defined]
+_aio.AgentResult = AgentResult  # type: ignore[attr-defined]

@@ -9,12 +9,12 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _sigint, models
+from . import _sigint, habits, models
 from ._call import DONE, Call, run_in_worker
 from ._lib import encode, encode_messages, ffi, lib, read_json, take_json
 from .errors import ClosedModel, ModelLoadError
@@ -23,8 +23,43 @@ if TYPE_CHECKING:
     from .aio import AsyncStream
 
 Message = Mapping[str, Any]
-Delta = dict[str, Any]
-Result = dict[str, Any]
+
+
+class Delta(TypedDict, total=False):
+    """One streamed piece of a call (el_stream_cb): text to append, a tool call's pieces, the
+    prompt's progress, and the logprobs of the tokens it carries."""
+
+    content: str
+    reasoning_content: str
+    tool_calls: list[dict[str, Any]]
+    prompt_progress: dict[str, int]
+    logprobs: dict[str, Any]
+
+
+class Result(TypedDict, total=False):
+    """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time."""
+
+    message: dict[str, Any]
+    content: str | None
+    reasoning_content: str | None
+    tool_calls: list[dict[str, Any]]
+    invalid_tool_calls: list[dict[str, Any]]
+    finish_reason: Literal["stop", "length", "tool_calls", "cancelled"]
+    truncated: bool
+    usage: dict[str, int]
+    logprobs: dict[str, Any]
+    n_prompt: int
+    n_reused: int
+    n_decoded: int
+    ms_prepare: float
+    ms_reset: float
+    ms_prefill: float
+    ms_decode: float
+    slot: int
+    restored_from_host: bool
+    abi_version: str
+
+
 # What el_embed takes: a text, texts, a token-id list, or token-id lists.
 EmbedInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 
@@ -54,7 +89,8 @@ class Model(_Closes):
     ``model`` is a catalogue name (see ``pyshim.models``) or a path to a ``.gguf``
     file; ``config`` is passed to ``el_open`` (``n_ctx``, ``n_threads``,
     ``temperature``, ``swa_full``, ``log``, ...). Use it as a context manager, or
-    call ``close()``.
+    call ``close()``. llama-cpp-python's ``model_path=`` and ``verbose=`` are taken as
+    ``model`` and ``log`` (``pyshim.habits``).
 
     Calls on one Model run one at a time, or up to ``n_seq`` at once (each in its own slot,
     their decode steps batched together by the library); separate Models run in parallel.
@@ -63,6 +99,7 @@ class Model(_Closes):
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **config: Any) -> None:
+        model, config = habits.open_config(model, config)
         self.path = models.path(model)
         self.config = {"model": str(self.path), **config}
         handle = lib().el_open(encode(self.config))
@@ -100,7 +137,10 @@ class Model(_Closes):
         """One assistant turn: OpenAI-style messages and tools in, a result dict out.
 
         Options are those of ``el_generate`` (``max_tokens``, ``temperature``,
-        ``tool_choice``, ``response_format``, ``stop``, ``logprobs``, ...).
+        ``tool_choice``, ``response_format``, ``stop``, ``logprobs``, ...), and what OpenAI's
+        client takes that means something here (``max_completion_tokens``, ``n=1``; ``user`` and
+        ``metadata`` are dropped, as the door drops them). ``tools`` may hold Python functions
+        (their schema from type hints and docstring) beside OpenAI tool dicts.
         ``on_delta`` receives streaming deltas as they are decoded; returning
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
@@ -117,9 +157,11 @@ class Model(_Closes):
     def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
         """The C arguments, and the call's ``request_id`` (the caller's, or a fresh one) by
         which this call alone can be stopped."""
+        options = habits.generate_options(options)
         request_id = str(options.get("request_id") or uuid.uuid4().hex)
         options = {**options, "request_id": request_id}
-        tools_json = encode(list(tools)) if tools else ffi.NULL
+        schemas = habits.tool_schemas(tools)
+        tools_json = encode(schemas) if schemas else ffi.NULL
         args = (self.handle, encode_messages(list(messages)), tools_json, encode(options))
         return args, request_id
 
@@ -137,6 +179,28 @@ class Model(_Closes):
         stream = Stream(self, messages, tools, options)
         self._calls.add(stream._call)
         return stream
+
+    def chat_completion(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Callable[..., Any] | Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> Any:
+        """``generate`` answered in OpenAI's ``chat.completion`` shape, as the door answers it:
+        the ``openai`` package's own ``ChatCompletion`` when it is installed, else the same dict."""
+        from .openai_api import Completion
+
+        body = Completion(self.name).response(self.generate(messages, tools, **options))
+        try:
+            from openai.types.chat import ChatCompletion
+        except ImportError:
+            return body
+        return ChatCompletion.model_validate(body)
+
+    @property
+    def name(self) -> str:
+        """The model's name in OpenAI-shaped answers: the file's name without ``.gguf``."""
+        return self.path.name.removesuffix(".gguf")
 
     def embed(
         self, input: EmbedInput, *, normalize: bool = True, truncate: bool = False, timeout_ms: int = 0

@@ -1,0 +1,92 @@
+"""The in-process API takes what users bring from OpenAI's client and llama-cpp-python
+(``pyshim.habits``), names an unknown key with the nearest known one, answers in OpenAI's shape
+on request, and every public signature can be read by ``typing.get_type_hints``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+
+import pytest
+from conftest import SMOL, model_path, user
+
+import pyshim
+from pyshim import habits
+
+
+def get_weather(city: str) -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: the city name.
+    """
+    return f"sunny in {city}"
+
+
+def test_openai_fields_are_mapped_dropped_or_refused(smol: pyshim.Model) -> None:
+    r = smol.generate(user("Say hi."), max_completion_tokens=3, n=1, user="u-1", metadata={"k": "v"}, model="x")
+    assert r["n_decoded"] == 3
+    with pytest.raises(pyshim.InvalidRequest, match="n=2"):
+        smol.generate(user("Say hi."), n=2)
+    with pytest.raises(pyshim.InvalidRequest, match=r"Model\.stream"):
+        smol.generate(user("Say hi."), stream=True)
+    with pytest.raises(pyshim.InvalidRequest, match="disagree"):
+        smol.generate(user("Say hi."), max_tokens=3, max_completion_tokens=4)
+
+
+def test_an_unknown_key_names_the_nearest_known_one(smol: pyshim.Model) -> None:
+    with pytest.raises(pyshim.InvalidRequest, match='did you mean "temperature"') as e:
+        smol.generate(user("Say hi."), temprature=0)
+    assert "known keys:" in str(e.value) and "_test" not in str(e.value)
+    with pytest.raises(pyshim.ModelLoadError, match='did you mean "n_ctx"'):
+        pyshim.Model(SMOL, n_ctxx=512)
+    with pytest.raises(pyshim.InvalidRequest) as e:
+        smol.generate(user("Say hi."), zzzz=1)
+    assert "did you mean" not in str(e.value)
+
+
+def test_python_functions_are_tools_for_generate(qwen: pyshim.Model) -> None:
+    r = qwen.generate(user("What is the weather in Paris?"), [get_weather], max_tokens=60)
+    assert [c["function"]["name"] for c in r["tool_calls"]] == ["get_weather"]
+
+
+def test_llama_cpp_python_arguments_are_mapped_or_explained() -> None:
+    with pyshim.Model(model_path=model_path(SMOL), n_ctx=512, verbose=False, embedding=True) as m:
+        assert m.config["log"] is False and m.stats()["n_ctx"] == 512
+    with pytest.raises(pyshim.InvalidRequest, match="chat_template"):
+        pyshim.Model(model_path=model_path(SMOL), chat_format="chatml")
+    with pytest.raises(pyshim.InvalidRequest, match="disagree"):
+        habits.open_config("a.gguf", {"model_path": "b.gguf"})
+
+
+def test_chat_completion_is_the_openai_packages_own_type(smol: pyshim.Model) -> None:
+    openai_types = pytest.importorskip("openai.types.chat")
+    c = smol.chat_completion(user("Say hi."), max_tokens=4)
+    assert isinstance(c, openai_types.ChatCompletion)
+    assert c.choices[0].finish_reason == "length" and c.usage is not None and c.usage.completion_tokens == 4
+    assert c.model == model_path(SMOL).name.removesuffix(".gguf")
+
+
+PUBLIC = ["pyshim", "pyshim.model", "pyshim.aio", "pyshim.agent", "pyshim.tools", "pyshim.models", "pyshim.errors",
+          "pyshim.habits", "pyshim.server", "pyshim.metrics", "pyshim.repeats"]  # fmt: skip
+
+
+def test_every_public_signature_has_readable_type_hints() -> None:
+    failures = []
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]:
+            obj = getattr(module, attr)
+            targets = [obj]
+            if inspect.isclass(obj):
+                targets += [v for k, v in vars(obj).items() if not k.startswith("_") or k == "__init__"]
+            for t in targets:
+                t = t.__func__ if isinstance(t, (staticmethod, classmethod)) else t
+                t = t.fget if isinstance(t, property) else t
+                if callable(t) and hasattr(t, "__annotations__"):
+                    try:
+                        typing.get_type_hints(t)
+                    except Exception as e:
+                        failures.append(f"{name}.{attr}: {getattr(t, '__name__', t)}: {e!r}")
+    assert failures == []
