@@ -6,6 +6,7 @@
 #pragma once
 
 #include "llama.h"
+#include "speculation.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,7 @@ struct Config {
     std::vector<float> tensor_split;          // share of the offloaded layers per device
     int32_t     embd_ctx      = 512;          // tokens per el_embed input (its context's size)
     std::string embd_pooling  = "auto";       // the model's own pooling, else mean
+    Speculation speculative;                  // each call's default (speculation.h)
 };
 
 // Parse and check el_open's config_json; throws UserError naming the bad key.

@@ -262,6 +262,7 @@ EL_API const char *el_build_info(void);
 **   log            let llama.cpp print its log to stderr            (false)
 **   embd_ctx       tokens one el_embed input may have: the size of the
 **                  embedding context (1.10), capped at the model's own   (512)
+**   speculative    each call's default "speculative" (see el_generate)("off")
 **   embd_pooling   "auto" | "mean" | "cls" | "last": how el_embed pools
 **                  hidden states; "auto" is the model's own (an embedding
 **                  model's GGUF names it), else "mean" (1.10)        ("auto")
@@ -335,6 +336,13 @@ EL_API const char *el_last_error(void);
 **                          that el_cancel_request can stop it alone (1.3)
 **     cache_prompt         reuse the cached prompt prefix              (true);
 **                          false evaluates the whole prompt afresh
+**     speculative          "off" | "ngram-simple" | {"type": "ngram-simple",
+**                          "size_n": 1..32 (4), "size_m": 1..64 (16)}: draft
+**                          up to size_m tokens that followed the last size_n
+**                          tokens where they occur earlier in the context
+**                          (llama.cpp's common/ngram-map), and verify them in
+**                          the call's next decode step (1.10; default: the
+**                          config's, "off"). SPECULATION below.
 **     _test                test-only hooks (unstable; absent from builds
 **                          without EL_TEST_HOOKS; a probe call adds the
 **                          result field "_test_probe")
@@ -439,9 +447,29 @@ EL_API const char *el_last_error(void);
 **                      argmax of the (biased) logits rather than through the
 **                      sampler chain: greedy decoding, with a lazy tool-call
 **                      grammar only until its trigger (since 1.6)
+**   n_drafted, n_accepted  tokens speculation drafted, and of those the ones
+**                      the call's own choice confirmed (1.10)
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle run concurrently up to n_seq (see
 ** THREADS).
+**
+** SPECULATION. A draft is offered only where the next token is a function
+** of the logits alone (temperature <= 0: greedy, or a grammar's greedy
+** choice), without logprobs, on a cache that can drop a suffix (dense models;
+** sliding-window, recurrent and hybrid ones never draft, and n_drafted stays
+** 0). Each drafted token is checked at its row by the same choice that would
+** have picked it one step at a time, in order; the first that differs, and
+** all after it, leave the cache before the step ends. So the output is the
+** same as without speculation: bit for bit on "deterministic" handles, and
+** elsewhere up to the rounding of the larger batch (a near-tie may go the
+** other way, as CACHE says). Stop strings, max_tokens, grammars, streaming,
+** cancel and timeouts see the accepted tokens one by one, as if decoded alone.
+** A call's token and draft never exceed n_batch / n_seq, so a draft never
+** pushes another call's token out of the step; the step takes longer by the
+** draft's rows. COST: on a CPU a batch of fewer than 8 rows is computed one
+** row at a time, so a drafted token costs about what decoding it costs; after
+** a draft of which less than half was accepted, drafting pauses (1, 2, 4 ...
+** 32 tokens). docs/bench-speculative.md measures where it pays.
 **
 ** A FAILED CALL (an error after the call was given a slot) leaves its own slot
 ** empty and unpinned; a conversation it evicted stays saved in host memory as

@@ -441,8 +441,17 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
     d.seq   = p.call.cache->seq();
     d.after = [&](int32_t row) {
         p.call.cache->append(&d.tok, 1);  // only an evaluated token enters the cache and the mirror
-        choose_next(p, row);
+        if (d.draft.empty()) {
+            choose_next(p, row);
+            return;
+        }
+        p.call.cache->append(d.draft.data(), d.draft.size());
+        check_draft(p, d.draft, row);  // keeps the accepted part, in the cache and the mirror
     };
+    const bool speculate = may_speculate(p);
+    // A draft never pushes another call's token out of the step: every slot's token and draft
+    // fit in one batch (speculation.h).
+    const size_t draft_room = (size_t) std::max(0, cfg_.n_batch / cfg_.n_seq - 1);
     sched_->enter_decode(d);
     struct Leave {
         Scheduler &               sched;
@@ -473,6 +482,14 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
         }
         d.tok = tok;
         d.pos = (llama_pos) (p.call.cache->tokens().size() + p.call.pos_shift);
+        d.draft.clear();
+        if (speculate && p.pace.ready()) {
+            const size_t left = std::min<size_t>((size_t) (p.req.max_tokens - (int32_t) p.rep.n_decoded),
+                                                 (size_t) std::max<int64_t>(0, n_ctx_ - (int64_t) d.pos - 2));
+            const size_t most = std::min({left, draft_room, p.pace.length});
+            d.draft           = draft_tokens(p.req.speculation, p.call.cache->tokens(), tok, most);
+            p.rep.n_drafted += d.draft.size();
+        }
         sched_->step(lock, d);
         p.rep.n_batched_max = std::max(p.rep.n_batched_max, d.step_size);
         if (d.rc != 0) {
@@ -482,9 +499,33 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
             }
             decode_failed(d.rc, "generating");
         }
+        if (!emit_accepted(p, lock, stream, streaming, text)) {
+            break;
+        }
     }
     p.rep.ms_decode = ms_since(t0);
     return text;
+}
+
+// The drafted tokens the last step accepted, turned into text in order as if each had been
+// decoded alone; false once one of them ends the call (the rest stay in the cache: they were
+// evaluated, and the mirror says so).
+bool Engine::emit_accepted(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming,
+                           std::string & text) {
+    for (const auto & [tok, argmax] : p.accepted) {
+        p.rep.n_decoded++;
+        p.rep.n_argmax += argmax ? 1 : 0;
+        {
+            Unlocked unlocked(lock);
+            consume(p, stream, streaming, tok, text);
+        }
+        if (!p.rep.finish_reason.empty()) {
+            p.accepted.clear();
+            return false;
+        }
+    }
+    p.accepted.clear();
+    return true;
 }
 
 // Turn one generated token into text: end at an end token, a stop string or a limit

@@ -162,6 +162,12 @@ class Engine {
     json        logprob_entry(const float * logits, llama_token chosen, int32_t top_n) const;
     llama_token argmax_token(const Request & req, int32_t row) const;
     void        route_first_token(Prepared & p, int32_t row);
+    // Self-speculation (speculation.cpp): whether a call may be offered drafts, and the check
+    // of a draft after the step that evaluated it.
+    bool        may_speculate(const Prepared & p) const;
+    void        check_draft(Prepared & p, const std::vector<llama_token> & draft, int32_t row);
+    bool        emit_accepted(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStream & stream, bool streaming,
+                              std::string & text);
 
     Config                    cfg_;
     llama_model *             model_ = nullptr;

@@ -29,5 +29,9 @@ struct Engine::Prepared {
     llama_token             next      = 0;
     bool                    next_argmax = false;  // `next` was read off the logits (n_argmax)
     json                    next_logprob;
+    // Drafted tokens the last step accepted, in order, with whether each was read off the
+    // logits (n_argmax); the decode loop turns them into text before `next`.
+    std::vector<std::pair<llama_token, bool>> accepted;
+    DraftPace               pace;  // how long the next draft may be (speculation.h)
 };
 }  // namespace el

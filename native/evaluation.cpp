@@ -189,25 +189,29 @@ int32_t Engine::evaluate(Call & call, std::unique_lock<std::mutex> & lock, const
 // position, all in one batch; then each participant reads its row of logits.
 int32_t Engine::run_step(const std::vector<Scheduler::Participant *> & batch) {
     std::vector<const Call *> calls;
-    batch_.n_tokens = (int32_t) batch.size();
-    for (size_t i = 0; i < batch.size(); i++) {
-        const Scheduler::Participant * p = batch[i];
-        batch_.token[i]     = p->tok;
-        batch_.pos[i]       = p->pos;
-        batch_.n_seq_id[i]  = 1;
-        batch_.seq_id[i][0] = p->seq;
-        batch_.logits[i]    = true;
+    std::vector<int32_t>      rows;  // each participant's token's row; its draft follows it
+    int32_t                   n = 0;
+    for (const Scheduler::Participant * p : batch) {
+        rows.push_back(n);
+        for (size_t j = 0; j <= p->draft.size(); j++, n++) {
+            batch_.token[n]     = j == 0 ? p->tok : p->draft[j - 1];
+            batch_.pos[n]       = p->pos + (llama_pos) j;
+            batch_.n_seq_id[n]  = 1;
+            batch_.seq_id[n][0] = p->seq;
+            batch_.logits[n]    = true;
+        }
         calls.push_back(static_cast<const Decoding *>(p)->call);
     }
+    batch_.n_tokens  = n;
     const auto    t0 = steady::now();
     const int32_t rc = run_batch(calls);
     eval_.steps++;
-    eval_.step_tokens += batch.size();
+    eval_.step_tokens += (uint64_t) n;
     eval_.ms_steps += ms_since(t0);
     if (rc == 0) {
         for (size_t i = 0; i < batch.size(); i++) {
             try {
-                batch[i]->after((int32_t) i);
+                batch[i]->after(rows[i]);
             } catch (...) {
                 batch[i]->error = std::current_exception();
             }

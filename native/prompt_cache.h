@@ -67,6 +67,11 @@ class PromptCache {
     size_t prepare(const std::vector<llama_token> & prompt, UnsafeReuse unsafe = UnsafeReuse::None);
 
     bool wants_checkpoints() const { return kind_ != MemoryKind::Trimmable && max_checkpoints_ > 0; }
+    bool trimmable() const { return kind_ == MemoryKind::Trimmable; }
+
+    // Remove the last n tokens from the cache and the mirror (a rejected draft); only where
+    // the cache is trimmable. False when the memory refused, and then the caller clears.
+    bool drop_last(size_t n) { return trimmable() && n <= tokens_.size() && trim_to(tokens_.size() - n); }
 
     llama_seq_id seq() const { return seq_; }
 

@@ -104,7 +104,8 @@ Inputs read_inputs(MessageCache & cache, const char * messages_json, const char 
     reject_unknown_keys(in.opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                  "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
-                                 "timeout_ms", "cache_prompt", "session", "request_id", "_test"}, "options");
+                                 "timeout_ms", "cache_prompt", "session", "request_id", "speculative", "_test"},
+                       "options");
     return in;
 }
 
@@ -612,6 +613,8 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         throw UserError("\"request_id\" is longer than " + std::to_string(kMaxRequestId) + " bytes");
     }
     r.cache_prompt = get_bool(opt, "cache_prompt", true);
+    const json * spec = find(opt, "speculative");
+    r.speculation     = spec != nullptr ? read_speculation(*spec, "speculative") : m.cfg.speculative;
     read_sampling(opt, m, read_test_hooks(opt, m.vocab, r), r);
     r.n_messages_reused = inputs.n_messages_reused;
     if (r.check_messages) {

@@ -68,6 +68,7 @@ struct Request {
     bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits while no grammar constrains it
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
+    Speculation                  speculation;  // drafts offered (speculation.h); the handle's default
     std::string                  session;                 // pin the conversation to a slot
     std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)

@@ -108,6 +108,8 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"restored_from_host", r.restored_from_host},
         {"n_batched_max", r.n_batched_max},
         {"n_argmax", r.n_argmax},
+        {"n_drafted", r.n_drafted},
+        {"n_accepted", r.n_accepted},
         {"abi_version", EL_ABI_VERSION},
     };
     if (with_logprobs) {

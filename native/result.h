@@ -27,6 +27,8 @@ struct CallReport {
     size_t      slot = 0;
     size_t      n_batched_max = 0;  // most calls in one of this call's decode steps
     size_t      n_argmax      = 0;  // tokens chosen by the greedy fast path (token_choice.cpp)
+    size_t      n_drafted     = 0;  // tokens offered by self-speculation (speculation.h)
+    size_t      n_accepted    = 0;  // of those, the ones the call's own choice confirmed
     bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;
     json        logprobs = json::array();  // per generated token, when asked for

@@ -144,10 +144,14 @@ void Scheduler::loop() {
     }
 }
 
-// One batch of the oldest pending tokens (at most max_step), in sequence order: llama.cpp
-// puts consecutive sequences of a multi-stream cache into one ubatch.
+// One batch of the oldest pending tokens (at most max_step, drafts counted), in sequence
+// order: llama.cpp puts consecutive sequences of a multi-stream cache into one ubatch.
 void Scheduler::run_step() {
-    const size_t n = std::min(pending_.size(), max_step_);
+    size_t n = 0, tokens = 0;
+    while (n < pending_.size() && (n == 0 || tokens + 1 + pending_[n]->draft.size() <= max_step_)) {
+        tokens += 1 + pending_[n]->draft.size();
+        n++;
+    }
     std::vector<Participant *> batch(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
     pending_.erase(pending_.begin(), pending_.begin() + (std::ptrdiff_t) n);
     first_pending_ = steady::now();

@@ -42,9 +42,10 @@ class Scheduler {
     // One decoding call's token for the next step, and what to do once it is evaluated.
     struct Participant {
         llama_token                     tok = 0;
+        std::vector<llama_token>        draft;    // tokens after `tok`, at pos + 1 ..., to verify (speculation.h)
         llama_seq_id                    seq = 0;
         llama_pos                       pos = 0;
-        std::function<void(int32_t)>    after;    // row of the batch: read the logits, choose the next token
+        std::function<void(int32_t)>    after;    // tok's row of the batch (its draft's follow): read the logits, choose
         int32_t                         rc   = 0;  // llama_decode's status for the step
         size_t                          step_size = 0;  // calls whose tokens the step evaluated
         bool                            done = false;
@@ -52,7 +53,8 @@ class Scheduler {
         bool                            late   = false;  // missed the last step: not waited for
         std::exception_ptr              error;    // thrown by `after`, rethrown on the call's thread
     };
-    // Evaluates one batch of one token per participant and calls each one's `after`.
+    // Evaluates one batch of one token (and its draft) per participant and calls each one's
+    // `after` with the row of its token. A participant's token and draft never exceed max_step.
     using StepFn = std::function<int32_t(const std::vector<Participant *> &)>;
 
     // Starts the evaluator thread; the destructor stops and joins it.

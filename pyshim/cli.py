@@ -161,6 +161,9 @@ OPEN_FLAGS: list[tuple[str, Any, str]] = [
     ("--flash-attn", str, "auto | on | off"),
     ("--n-checkpoints", int, "saved cache states per conversation (default 8)"),
     ("--state-cache-mib", int, "host memory for conversations evicted from their slot (default 256)"),
+    ("--speculative", str, "off | ngram-simple: draft tokens from n-grams of the context (default off; el_shim.h)"),
+    ("--embd-ctx", int, "tokens one embedding input may have (default 512)"),
+    ("--embd-pooling", str, "auto | mean | cls | last: how embeddings are pooled (default auto)"),
 ]
 
 

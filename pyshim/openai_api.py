@@ -44,6 +44,7 @@ PASSTHROUGH = (
     "top_k",
     "min_p",
     "ignore_eos",
+    "speculative",
 )
 
 # el_generate's finish reasons that OpenAI does not have. "cancelled" reaches no client in

@@ -52,7 +52,7 @@ from .openai_api import ApiError, check_limits, openai_logprobs
 __all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
 MAX_STORED = 1024
-PASSTHROUGH = ("temperature", "top_p", "parallel_tool_calls", "top_k", "min_p", "seed", "ignore_eos")
+PASSTHROUGH = ("temperature", "top_p", "parallel_tool_calls", "top_k", "min_p", "seed", "ignore_eos", "speculative")
 IGNORED = ("reasoning", "user", "safety_identifier", "service_tier", "prompt_cache_retention", "max_tool_calls")
 REFUSED = {
     "background": "background responses are not supported; run the request in the foreground",
