@@ -28,7 +28,7 @@ from typing import Any
 import pyshim
 from bench.agent_session import TOOLS, conversation
 from bench.door import server
-from bench.provenance import args_command, stamp
+from bench.provenance import publish
 
 MAX_TOKENS = 4  # few: decode time varies by more than the routes differ
 REPEATS = 5
@@ -211,10 +211,7 @@ def main() -> None:
     args = p.parse_args()
     rows, embeds = run(args.model, args.turns)
     text = markdown(args.model, args.turns, rows, embeds)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(stamp(args_command("bench.door_routes")) + text)
+    publish(text, args.out, "bench.door_routes")
 
 
 if __name__ == "__main__":

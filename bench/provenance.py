@@ -51,3 +51,10 @@ def stamp(command: str) -> str:
 def args_command(module: str) -> str:
     """The command line that produced a report, as it was run."""
     return " ".join(["python -m", module, *sys.argv[1:]])
+
+
+def publish(text: str, out: str | Path | None, module: str) -> None:
+    """Print a report, and write it to ``out`` (if given) under its provenance stamp."""
+    print(text)
+    if out:
+        Path(out).write_text(stamp(args_command(module)) + text)

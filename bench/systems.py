@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -187,14 +188,16 @@ def free_port() -> int:
 class LlamaServer:
     name = "llama-server"
 
-    def __init__(self, model: Path, n_ctx: int, n_seq: int = 1, log: Path | None = None) -> None:
+    def __init__(
+        self, model: Path, n_ctx: int, n_seq: int = 1, log: Path | None = None, extra: Sequence[str] = ()
+    ) -> None:
         self.port = free_port()
         self.info = {"flash_attn": "auto"}
         self.cold = False  # the next turn evaluates its whole prompt (clear_cache)
         # -c is the whole cache; with -np slots each conversation gets n_ctx of its own, as in pyshim.
         cmd = [str(PEERS / "llama-server"), "-m", str(model), "-c", str(n_ctx * n_seq), "-np", str(n_seq)]
         cmd += ["-t", str(THREADS), "-tb", str(THREADS), "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--jinja", "--no-webui", "--temp", "0"]
+        cmd += ["--jinja", "--no-webui", "--temp", "0", *extra]
         self.log = open(log or os.devnull, "wb")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120

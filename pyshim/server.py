@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
@@ -361,24 +361,8 @@ async def anthropic_messages(request: Request) -> Response:
             await stream.aclose()
             raise
 
-        async def events(out: anthropic_api.MessageStream, delta: Any) -> AsyncIterator[str]:
-            try:
-                head, first_at = out.start(), None
-                while delta is not None:
-                    if chunk := head + out.delta(delta):
-                        first_at = first_at or time.perf_counter()
-                        yield chunk
-                        head = ""
-                    delta = await anext(deltas, None)
-                assert stream.result is not None
-                door.metrics.generation(stream.result, started, first_at)
-                yield head + out.finish(stream.result)
-            except Exception as e:  # after the 200 went out, an error can only travel as an event
-                yield out.error(_error(e))
-            finally:
-                await stream.aclose()
-
-        return _EventStream(events(anthropic_api.MessageStream(msg), first))
+        events = anthropic_api.MessageStream(msg)
+        return _EventStream(_relay(door, started, events, events.finish, stream, deltas, first))
     except _ClientGone:
         return Response(status_code=499)
     except Exception as e:
@@ -411,23 +395,41 @@ async def responses(request: Request) -> Response:
         except BaseException:
             await stream.aclose()
             raise
-        return _EventStream(_response_events(door, started, out, req, stream, deltas, first))
+        events = responses_api.ResponseStream(out, req)
+
+        def finish(result: Any) -> str:
+            tail, answer = events.finish(result)
+            if req.store:
+                door.responses.put(out.id, out.stored(req, result, answer))
+            return tail
+
+        return _EventStream(_relay(door, started, events, finish, stream, deltas, first))
     except _ClientGone:
         return Response(status_code=499)
     except Exception as e:
         return _error_response(e)
 
 
-async def _response_events(
+class _Events(Protocol):
+    """A non-chat API's stream translation (anthropic_api.MessageStream, responses_api.ResponseStream)."""
+
+    def start(self) -> str: ...
+    def delta(self, delta: Any) -> str: ...
+    def error(self, err: ApiError) -> str: ...
+
+
+async def _relay(
     door: Door,
     started: float,
-    out: responses_api.Responder,
-    req: responses_api.ResponsesRequest,
+    events: _Events,
+    finish: Callable[[Any], str],
     stream: aio.AsyncStream,
     deltas: AsyncIterator[Any],
     delta: Any,
 ) -> AsyncIterator[str]:
-    events = responses_api.ResponseStream(out, req)
+    """The SSE body of a streamed call in another API's events: its opening events in one write
+    with the first delta's, one write per delta after, ``finish(result)``'s closing events; an
+    error after the 200 went out travels as the API's error event."""
     try:
         head, first_at = events.start(), None
         while delta is not None:
@@ -438,11 +440,8 @@ async def _response_events(
             delta = await anext(deltas, None)
         assert stream.result is not None
         door.metrics.generation(stream.result, started, first_at)
-        tail, answer = events.finish(stream.result)
-        if req.store:
-            door.responses.put(out.id, out.stored(req, stream.result, answer))
-        yield head + tail
-    except Exception as e:  # after the 200 went out, an error can only travel as an event
+        yield head + finish(stream.result)
+    except Exception as e:
         yield events.error(_error(e))
     finally:
         await stream.aclose()
