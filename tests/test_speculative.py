@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, WEATHER_TOOL, model_path, user
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path, user
 
 import pyshim
 
@@ -37,7 +37,7 @@ SPEC = {"type": "ngram-simple", "size_n": 4, "size_m": 16}
 
 @pytest.fixture(scope="module")
 def exact() -> Any:
-    with pyshim.Model(QWEN, n_ctx=2048, temperature=0, deterministic=True, n_seq=2) as m:
+    with pyshim.Model(SMOL, n_ctx=2048, temperature=0, deterministic=True, n_seq=2) as m:
         yield m
 
 
@@ -86,7 +86,7 @@ def test_a_rejected_draft_leaves_the_cache_exact(exact: Any) -> None:
     turn = [*CODE, first["message"], {"role": "user", "content": "Now rename perimeter to rect_perimeter."}]
     again = exact.generate(turn, speculative=SPEC, max_tokens=60, session="s")
     assert again["n_reused"] > 0
-    with pyshim.Model(QWEN, n_ctx=2048, temperature=0, deterministic=True) as fresh:
+    with pyshim.Model(SMOL, n_ctx=2048, temperature=0, deterministic=True) as fresh:
         same(again, fresh.generate(turn, max_tokens=60))
 
 
