@@ -78,7 +78,7 @@ def peer(model: str, spec: bool) -> Iterator[LlamaServer | None]:
     if not (PEERS / "llama-server").exists():
         yield None
         return
-    extra = ["--spec-type", "ngram-simple", "--spec-ngram-size-n", "4", "--spec-ngram-size-m", "16"] if spec else []
+    extra = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "16"] if spec else []
     server = LlamaServer(models.path(model), n_ctx=8192, extra=extra)
     try:
         yield server
@@ -114,7 +114,7 @@ def markdown(model: str, turns: int, ours: dict[str, Any], theirs: dict[str, Any
         "",
         f"`python -m bench.speculative --model {model} --turns {turns}` on {platform.machine()}, {os.cpu_count()} "
         f"CPUs, greedy, `speculative` {json.dumps(SPEC)}; llama-server from the same tree with `--spec-type "
-        "ngram-simple --spec-ngram-size-n 4 --spec-ngram-size-m 16` "
+        "ngram-simple --spec-ngram-simple-size-n 4 --spec-ngram-simple-size-m 16` "
         f"({'run' if theirs else 'not built: make peers'}); llama-bench tg128 "
         f"{f'{tg:.1f} tok/s' if tg else 'not built'}. Decode rate = tokens decoded / decode time, per task:",
         "",
