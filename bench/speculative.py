@@ -78,7 +78,8 @@ def peer(model: str, spec: bool) -> Iterator[LlamaServer | None]:
     if not (PEERS / "llama-server").exists():
         yield None
         return
-    extra = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "16"] if spec else []
+    sizes = ["--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "16"]
+    extra = ["--spec-type", "ngram-simple", *sizes] if spec else []
     server = LlamaServer(models.path(model), n_ctx=8192, extra=extra)
     try:
         yield server

@@ -93,7 +93,7 @@ Config parse_config(const char * config_json) {
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
                             "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "deterministic", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
                             "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split", "embd_ctx",
-                            "embd_pooling", "speculative"}, "config");
+                            "embd_pooling", "speculative", "scope"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
     if (c.model.empty()) {
@@ -124,6 +124,12 @@ Config parse_config(const char * config_json) {
     c.embd_pooling  = get_string(j, "embd_pooling", c.embd_pooling);
     if (c.embd_pooling != "auto" && c.embd_pooling != "mean" && c.embd_pooling != "cls" && c.embd_pooling != "last") {
         fail("\"embd_pooling\" must be \"auto\", \"mean\", \"cls\" or \"last\"");
+    }
+    if (const json * s = find(j, "scope")) {
+        if (!s->is_string() || s->get<std::string>().size() > 256) {
+            fail("\"scope\" must be a string of at most 256 bytes");
+        }
+        c.scope = s->get<std::string>();
     }
     if (const json * s = find(j, "speculative")) {
         c.speculative = read_speculation(*s, "speculative");

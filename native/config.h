@@ -9,6 +9,7 @@
 #include "speculation.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace el {
 
 struct Config {
     std::string model;
+    std::optional<std::string> scope;  // calls naming no "scope" are in this one (unset: none)
     int32_t     n_ctx         = 4096;
     int32_t     n_batch       = 512;
     int32_t     n_threads     = 0;

@@ -271,7 +271,19 @@ EL_API int el_cancel_request(el_handle * handle, const char * request_id) {
 EL_API int el_forget(el_handle * handle, const char * session) {
     try {
         const std::shared_ptr<Engine> e = lookup(handle);
-        return e && e->forget(session) ? 0 : -1;
+        return e && e->forget(nullptr, session) ? 0 : -1;
+    } catch (...) {
+        return -1;
+    }
+}
+
+EL_API int el_forget_scope(el_handle * handle, const char * scope, const char * session) {
+    try {
+        if (scope == nullptr) {
+            return -1;
+        }
+        const std::shared_ptr<Engine> e = lookup(handle);
+        return e && e->forget(scope, session) ? 0 : -1;
     } catch (...) {
         return -1;
     }

@@ -120,15 +120,27 @@
 ** the same build and CPU; a different CPU or build may round differently.
 **
 ** SESSIONS AND ISOLATION. Cached state belongs to the session that wrote it
-** (option "session"; calls that name none share one pool, the session ""). A
-** call never reuses, trims or restores another session's state, so neither its
-** output nor what it reuses ever comes from another session's prompts: a slot
-** pinned to a session serves only that session, calls without a session are
-** routed by prefix among unpinned slots only, and a slot taken from another
-** owner (when every slot is busy) has its conversation saved to host memory
-** under that owner and its cache cleared first. Calls without a session may
-** reuse each other's prefixes: that pool is the shared scope, so callers that
-** must not see each other (the users of a server) each name a session.
+** (option "session"; calls that name none share one pool, the session ""),
+** within its trust SCOPE (option "scope", default the config's "scope"; since
+** 1.11). A call never reuses, trims or restores another session's state, so
+** neither its output nor what it reuses ever comes from another session's
+** prompts: a slot pinned to a session serves only that session, calls without
+** a session are routed by prefix among their pool's slots only, and a slot
+** taken from another owner (when every slot is busy) has its conversation
+** saved to host memory under that owner and its cache cleared first. Calls
+** without a session may reuse each other's prefixes: that pool is shared.
+** The one relaxation is SHARING WITHIN A SCOPE: a call in a named scope whose
+** prompt starts with a prefix that another conversation of the SAME scope holds
+** (in a slot no call runs on, or in host memory), at least 16 tokens longer than
+** what its own slot holds, starts from a copy of that state in its own slot
+** (result "shared_prefix": true) instead of evaluating the prefix again. The
+** source is only read: a call never trims, evicts or overwrites another
+** session's slot or host entry to get a prefix. So within a scope a call's
+** n_reused and timings may reflect the other sessions' prompts; across scopes
+** nothing is shared, and they never do. Calls that name no scope on a handle
+** opened without one are in no scope, and share with no other session (as in
+** 1.10). Callers that must not see each other (the tenants of a server) each
+** get a scope of their own; sessions of one tenant may share a scope.
 ** Cache PRESSURE is shared, content is not. The slots, the state_cache_mib
 ** host-memory budget, the request caches (the last 8 prompts' tokens, 8 MiB of
 ** read messages, 4 MiB of template values) and the chat template's loop memo
@@ -178,8 +190,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 10
-#define EL_ABI_VERSION "1.10"
+#define EL_ABI_VERSION_MINOR 11
+#define EL_ABI_VERSION "1.11"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -266,6 +278,11 @@ EL_API const char *el_build_info(void);
 **   embd_pooling   "auto" | "mean" | "cls" | "last": how el_embed pools
 **                  hidden states; "auto" is the model's own (an embedding
 **                  model's GGUF names it), else "mean" (1.10)        ("auto")
+**   scope          the trust scope of calls that name none (a string of
+**                  at most 256 bytes, "" allowed): its sessions start from
+**                  each other's prefixes (SESSIONS AND ISOLATION; 1.11).
+**                  Absent: such calls are in no scope, sessions share
+**                  nothing                                         (absent)
 **
 ** Returns a handle, or NULL on failure; then el_last_error() says why (file
 ** missing, not a GGUF file, bad JSON, unknown key, out of memory, an RPC
@@ -332,6 +349,9 @@ EL_API const char *el_last_error(void);
 **                          slot) an empty slot, else the least recently used
 **                          unpinned one, else the least recently used pinned
 **                          one (result field "slot")
+**     scope                the trust scope (a string of at most 256 bytes)
+**                          whose conversations this call may start from; see
+**                          SESSIONS AND ISOLATION (1.11; default: the config's)
 **     request_id           a string of at most 256 bytes naming this call, so
 **                          that el_cancel_request can stop it alone (1.3)
 **     cache_prompt         reuse the cached prompt prefix              (true);
@@ -439,6 +459,8 @@ EL_API const char *el_last_error(void);
 **                      the call was cancelled before it was given one
 **   restored_from_host true when that slot's cache was restored from the
 **                      host-memory state cache before reuse
+**   shared_prefix      true when it started from a copy of another
+**                      conversation of the call's scope (1.11)
 **   n_batched_max      the most calls whose tokens were evaluated in one
 **                      decode step together with this call's: 1 when it
 **                      decoded alone, 0 when it decoded nothing (since 1.3;
@@ -587,6 +609,17 @@ EL_API int el_reset(el_handle *handle);
 ** an invalid, closed or dead handle.
 */
 EL_API int el_forget(el_handle *handle, const char *session);
+
+/*
+** el_forget_scope: as el_forget, for a session of a named scope (scope must not
+** be NULL; "" is a name too): drop what is cached for that session, or for
+** every session of the scope and its pool when session is NULL (then the
+** request caches of every session go too: they are keyed by owner, and only
+** save preparation time). el_forget's session is one of the scope calls name
+** by default (the config's "scope", or none). Returns 0, or -1 for an
+** invalid, closed or dead handle or a NULL scope. (since 1.11)
+*/
+EL_API int el_forget_scope(el_handle *handle, const char *scope, const char *session);
 
 /*
 ** el_stats: a JSON object describing the handle: model, n_ctx (per slot),

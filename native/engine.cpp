@@ -113,15 +113,26 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     return dump(result_json(out, p.rep, p.req.top_logprobs >= 0));
 }
 
-bool Engine::forget(const char * session) {
+bool Engine::forget(const char * scope, const char * session) {
     std::lock_guard<std::mutex> prep(prep_mu_);
     std::lock_guard<std::mutex> lock(mu);
     if (closing || !dead_reason_.empty()) {
         return false;
     }
-    slots_->forget(session);
-    messages_.forget(session);
-    tokens_->forget(session);
+    // A whole scope: the request caches cannot tell its keys apart cheaply, so all of them
+    // go (they only save preparation time; their pressure is shared anyway).
+    const bool all   = scope == nullptr && session == nullptr;
+    const bool whole = scope != nullptr && session == nullptr;
+    Owner      owner;  // el_forget names a session of the default scope; el_forget_scope, a named one
+    owner.session = session != nullptr ? session : "";
+    if (scope != nullptr || cfg_.scope) {
+        owner.scope  = scope != nullptr ? scope : *cfg_.scope;
+        owner.scoped = true;
+    }
+    const std::string key = owner.key();
+    slots_->forget(all ? nullptr : &owner, whole);
+    messages_.forget(all || whole ? nullptr : key.c_str());
+    tokens_->forget(all || whole ? nullptr : key.c_str());
     if (message_values_) {
         message_values_ = patched::message_values_init();
     }
@@ -197,7 +208,7 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
 std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
     CallReport & rep = p.rep;
     if (!p.req.prepare_only && !should_stop(p.call)) {
-        if (sched_->admit(lock, [&] { return should_stop(p.call); }, [&] { return slots_->can_pick(p.req.session); })) {
+        if (sched_->admit(lock, [&] { return should_stop(p.call); }, [&] { return slots_->can_pick(p.req.owner); })) {
             return "";
         }
         if (closing) {
@@ -223,7 +234,10 @@ std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
 bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
     const Working working(*this, {&p.call});  // a slot's state saved or restored is remote work too
     for (;;) {
-        const size_t slot = slots_->pick(p.req.session, p.req.prompt, p.rep.restored_from_host);
+        Slots::Picked how;
+        const size_t  slot = slots_->pick(p.req.owner, p.req.prompt, how);
+        p.rep.restored_from_host = how.restored_from_host;
+        p.rep.shared_prefix      = how.shared;
         if (slot != Slots::kBusy) {
             p.rep.slot   = slot;
             p.rep.routed = true;

@@ -75,7 +75,8 @@ class Engine {
     // session's requests goes too: its messages and prompts, and the shared template values
     // (every session's, rebuilt on their next call: the store cannot tell them apart). Takes
     // prep_mu_ and then mu, so that it never holds mu while a preparation runs.
-    bool forget(const char * session);
+    // A NULL session with a scope forgets every owner of that scope; both NULL, everything.
+    bool forget(const char * scope, const char * session);
 
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }

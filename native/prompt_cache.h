@@ -8,6 +8,7 @@
 #pragma once
 
 #include "llama.h"
+#include "owner.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -85,7 +86,7 @@ class PromptCache {
     struct Saved {
         std::vector<llama_token> tokens;
         std::vector<uint8_t>     data;
-        std::string              session;
+        Owner                    owner;
         // The sequence's checkpoints go with it: without them a restored sliding-window or
         // recurrent conversation can be reused only by a prompt that extends all of it, and a
         // template that renders the last reply otherwise in the next call's history (Gemma 4,

@@ -76,8 +76,8 @@ bool messages_by_position(const json & opt) {
 #endif
 }
 
-Inputs read_inputs(MessageCache & cache, const char * messages_json, const char * tools_json,
-                   const char * options_json) {
+Inputs read_inputs(MessageCache & cache, const std::optional<std::string> & default_scope, const char * messages_json,
+                   const char * tools_json, const char * options_json) {
     Inputs in;
     // parsed first for the session and the test hook; what is wrong with them is reported
     // after the messages and the tools, as always
@@ -86,9 +86,9 @@ Inputs read_inputs(MessageCache & cache, const char * messages_json, const char 
     }
     json opt = options_json == nullptr ? json::object() : json::parse(options_json, nullptr, false);
     in.messages_text = messages_json;
-    const json * session = opt.is_object() ? find(opt, "session") : nullptr;  // checked later
-    in.messages = read_messages(cache, session != nullptr && session->is_string() ? session->get<std::string>() : "",
-                                messages_json, in.n_messages_reused, in.message_ids, messages_by_position(opt));
+    // the session and scope are checked later
+    in.messages = read_messages(cache, read_owner(opt, default_scope).key(), messages_json, in.n_messages_reused,
+                                in.message_ids, messages_by_position(opt));
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
         in.tools = json::array();
@@ -104,7 +104,7 @@ Inputs read_inputs(MessageCache & cache, const char * messages_json, const char 
     reject_unknown_keys(in.opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                  "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
-                                 "timeout_ms", "cache_prompt", "session", "request_id", "speculative", "_test"},
+                                 "timeout_ms", "cache_prompt", "session", "scope", "request_id", "speculative", "_test"},
                        "options");
     return in;
 }
@@ -603,11 +603,17 @@ json prepared_json(const Request & r) {
 Request parse_request(const ModelView & m, const char * messages_json, const char * tools_json,
                       const char * options_json) {
     Request r;
-    Inputs inputs = read_inputs(m.messages, messages_json, tools_json, options_json);
+    Inputs inputs = read_inputs(m.messages, m.cfg.scope, messages_json, tools_json, options_json);
     // renders run on this thread: what its loop memo counts meanwhile is this call's
     const uint64_t memo_hits = patched::render_memo_hits();
     const json & opt = inputs.opt;
-    r.session      = get_string(opt, "session", "");
+    (void) get_string(opt, "session", "");  // a wrong type is refused, by name
+    (void) get_string(opt, "scope", "");
+    r.owner        = read_owner(opt, m.cfg.scope);
+    if (r.owner.scope.size() > kMaxScope) {
+        throw UserError("\"scope\" is longer than " + std::to_string(kMaxScope) + " bytes");
+    }
+    r.session      = r.owner.key();
     r.request_id   = get_string(opt, "request_id", "");
     if (r.request_id.size() > kMaxRequestId) {
         throw UserError("\"request_id\" is longer than " + std::to_string(kMaxRequestId) + " bytes");

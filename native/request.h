@@ -29,6 +29,7 @@ namespace el {
 enum class ToolChoice { Auto, None, Required, Named };
 
 constexpr size_t kMaxRequestId = 256;  // bytes of the "request_id" option
+constexpr size_t kMaxScope     = 256;  // bytes of the "scope" option
 
 // Bounds on the caller's stop strings (OpenAI allows four): each generated token is
 // checked against them, so their number and length are bounded, and only the tail of
@@ -69,7 +70,8 @@ struct Request {
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
     Speculation                  speculation;  // drafts offered (speculation.h); the handle's default
-    std::string                  session;                 // pin the conversation to a slot
+    std::string                  session;                 // the owner's key() (owner.h): the request caches' key
+    Owner                        owner;                   // option "scope" and "session": whose slot and state
     std::string                  request_id;              // el_cancel_request stops the call by it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     size_t                       generation_start   = 0;  // tokens before the generation prompt (0: unknown)

@@ -10,57 +10,100 @@ Slots::Slots(llama_context * ctx, MemoryKind kind, int32_t n_swa, int32_t n_chec
              int32_t state_cache_mib)
     : host_limit_((size_t) state_cache_mib << 20) {
     for (int32_t i = 0; i < n_seq; i++) {
-        slots_.push_back(Slot{std::make_unique<PromptCache>(ctx, i, kind, n_swa, n_checkpoints), "", 0});
+        slots_.push_back(Slot{std::make_unique<PromptCache>(ctx, i, kind, n_swa, n_checkpoints), Owner{}, 0});
     }
 }
 
-// Which slot serves this call: the one pinned to its session; for a call without a
-// session, the unpinned slot whose cached tokens share the longest prefix with the
-// prompt (see route_by_prefix); else a slot to evict (see evict).
+// Which slot serves this call: the one pinned to its owner; for a call of a scope's pool,
+// the pool's slot whose cached tokens share the longest prefix with the prompt (see
+// route_by_prefix); else a slot to evict (see evict). Then, if another conversation of the
+// scope holds a longer prefix of the prompt, it is copied in (share).
 // Deterministic: the same history of calls always picks the same slots.
-size_t Slots::pick(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
-    if (!can_pick(session)) {
+size_t Slots::pick(const Owner & owner, const std::vector<llama_token> & prompt, Picked & how) {
+    if (!can_pick(owner)) {
         return kBusy;
     }
     size_t chosen = slots_.size();
-    if (!session.empty()) {
+    if (owner.pinned()) {
         for (size_t i = 0; i < slots_.size(); i++) {
-            if (slots_[i].session == session) {
+            if (slots_[i].owner == owner) {
                 chosen = i;
             }
         }
     } else {
-        chosen = route_by_prefix(prompt);
+        chosen = route_by_prefix(owner, prompt);
     }
     if (chosen == slots_.size()) {
-        chosen = evict(session, prompt, restored_from_host);
+        chosen = evict(owner, prompt, how.restored_from_host);
     }
     slots_[chosen].last_used = ++clock_;
     slots_[chosen].busy      = true;
+    how.shared               = share(chosen, prompt);
     return chosen;
 }
 
-bool Slots::can_pick(const std::string & session) const {
-    if (session.empty()) {
+bool Slots::can_pick(const Owner & owner) const {
+    if (!owner.pinned()) {
         return true;
     }
     for (const Slot & slot : slots_) {
-        if (slot.session == session && slot.busy) {
+        if (slot.owner == owner && slot.busy) {
             return false;
         }
     }
     return true;
 }
 
-// Among the slots of the session-less pool only (a pinned slot holds another owner's
-// state, which must not be reused, trimmed or even measured against this prompt), the
-// one sharing the longest prefix, counting only slots the prompt shares at least half
-// of (ties: the most recently used); slots_.size() if none qualifies.
-size_t Slots::route_by_prefix(const std::vector<llama_token> & prompt) const {
+// The longest prefix of the prompt that another conversation of the slot's scope holds, in a
+// slot no call runs on (a running call's cache is its own until it settles) or in host
+// memory, copied into this slot when it beats what the slot holds by kMinShared tokens. The
+// whole state is copied (llama.cpp copies a sequence between cache streams only whole) and
+// the call's prepare() then cuts it to the shared prefix exactly as it cuts its own cache,
+// checkpoints included. The source is read, never changed: the host entry stays where it
+// is. What the slot held is dropped: the prompt leaves it before the copy's prefix ends, so
+// prepare() would have cut it there anyway. On failure the slot is left empty, which costs
+// the call only its reuse.
+bool Slots::share(size_t slot, const std::vector<llama_token> & prompt) {
+    Slot & dst = slots_[slot];
+    const size_t own = common_prefix(dst.cache->tokens(), prompt);
+    size_t best = own + kMinShared - 1;
+    const Slot * from_slot = nullptr;
+    const PromptCache::Saved * from_host = nullptr;
+    for (const Slot & s : slots_) {
+        const size_t n = &s == &dst || s.busy || !s.owner.shares_with(dst.owner) ? 0 : common_prefix(s.cache->tokens(), prompt);
+        if (n > best) {
+            best = n, from_slot = &s;
+        }
+    }
+    for (const PromptCache::Saved & e : host_cache_) {
+        const size_t n = !e.owner.shares_with(dst.owner) ? 0 : common_prefix(e.tokens, prompt);
+        if (n > best) {
+            best = n, from_slot = nullptr, from_host = &e;
+        }
+    }
+    if (from_slot == nullptr && from_host == nullptr) {
+        return false;
+    }
+    PromptCache::Saved copy;
+    if (from_slot != nullptr && !from_slot->cache->save(copy)) {
+        return false;  // the slot keeps what it held
+    }
+    if (!dst.cache->load(from_slot != nullptr ? copy : *from_host)) {
+        return false;  // load() left the slot empty
+    }
+    n_shared_++;
+    return true;
+}
+
+// Among the slots of this pool only (a pinned slot holds another owner's state, which a
+// call may at most copy from, never take), the one sharing the longest prefix, counting
+// only slots the prompt shares at least half of (ties: the most recently used);
+// slots_.size() if none qualifies.
+size_t Slots::route_by_prefix(const Owner & owner, const std::vector<llama_token> & prompt) const {
     size_t chosen = slots_.size();
     size_t best = 0;
     for (size_t i = 0; i < slots_.size(); i++) {
-        if (!slots_[i].session.empty() || slots_[i].busy) {
+        if (slots_[i].owner != owner || slots_[i].busy) {
             continue;
         }
         const auto & toks = slots_[i].cache->tokens();
@@ -83,9 +126,9 @@ size_t Slots::route_by_prefix(const std::vector<llama_token> & prompt) const {
 // saved to host memory; if it belonged to another owner, the cache is cleared before
 // this call sees it, so nothing of it can be reused (nor its length observed through
 // n_reused). Then this owner's best saved conversation, if any, is restored into it.
-size_t Slots::evict(const std::string & session, const std::vector<llama_token> & prompt, bool & restored_from_host) {
+size_t Slots::evict(const Owner & owner, const std::vector<llama_token> & prompt, bool & restored_from_host) {
     auto rank = [&](const Slot & x) {
-        return std::make_tuple(!x.session.empty(), !x.cache->tokens().empty(), x.last_used);
+        return std::make_tuple(x.owner.pinned(), !x.cache->tokens().empty(), x.last_used);
     };
     size_t chosen = slots_.size();
     for (size_t i = 0; i < slots_.size(); i++) {
@@ -95,11 +138,11 @@ size_t Slots::evict(const std::string & session, const std::vector<llama_token> 
     }
     Slot & victim = slots_[chosen];
     stash(victim);
-    if (victim.session != session) {
+    if (victim.owner != owner) {
         victim.cache->clear();
-        victim.session = session;
+        victim.owner = owner;
     }
-    restored_from_host = unstash(chosen, session, prompt);
+    restored_from_host = unstash(chosen, owner, prompt);
     return chosen;
 }
 
@@ -112,14 +155,14 @@ void Slots::settle(size_t slot, bool ok) {
         if (s.taken != nullptr) {
             put_back(std::move(*s.taken));
         }
-        s.session.clear();  // the next call of this session restores it again
+        s.owner.session.clear();  // the next call of this session restores it again
     }
     s.taken.reset();
     s.busy = false;
     if (s.forget) {
         s.forget = false;
         s.cache->clear();
-        s.session.clear();
+        s.owner.session.clear();
     }
 }
 
@@ -130,7 +173,7 @@ void Slots::stash(const Slot & victim) {
         return;
     }
     PromptCache::Saved saved;
-    saved.session = victim.session;
+    saved.owner = victim.owner;
     if (victim.cache->save(saved)) {
         put_back(std::move(saved));
     }
@@ -152,11 +195,11 @@ void Slots::put_back(PromptCache::Saved saved) {
 // Restore this owner's saved conversation that shares the longest prefix with the
 // prompt (at least half of it, as for slot routing), if any. The entry is held by the
 // slot until its call settles, so that a failed call can put it back.
-bool Slots::unstash(size_t slot, const std::string & session, const std::vector<llama_token> & prompt) {
+bool Slots::unstash(size_t slot, const Owner & owner, const std::vector<llama_token> & prompt) {
     auto best = host_cache_.end();
     size_t best_n = 0;
     for (auto it = host_cache_.begin(); it != host_cache_.end(); ++it) {
-        if (it->session != session) {
+        if (it->owner != owner) {
             continue;
         }
         const size_t n = common_prefix(it->tokens, prompt);
@@ -175,29 +218,29 @@ bool Slots::unstash(size_t slot, const std::string & session, const std::vector<
     return slots_[slot].cache->load(*taken);
 }
 
-void Slots::drop_host_cache(const char * session) {
+bool Slots::matches(const Owner & of, const Owner * owner, bool whole_scope) const {
+    return owner == nullptr || (whole_scope ? of.scoped == owner->scoped && of.scope == owner->scope : of == *owner);
+}
+
+void Slots::forget(const Owner * owner, bool whole_scope) {
+    for (auto & slot : slots_) {
+        if (matches(slot.owner, owner, whole_scope)) {
+            if (slot.busy) {
+                slot.forget = true;  // its call is using the cache: cleared when it ends
+                continue;
+            }
+            slot.cache->clear();
+            slot.owner = Owner{};
+        }
+    }
     for (auto it = host_cache_.begin(); it != host_cache_.end();) {
-        if (session == nullptr || it->session == session) {
+        if (matches(it->owner, owner, whole_scope)) {
             host_bytes_ -= it->bytes();
             it = host_cache_.erase(it);
         } else {
             ++it;
         }
     }
-}
-
-void Slots::forget(const char * session) {
-    for (auto & slot : slots_) {
-        if (session == nullptr || slot.session == session) {
-            if (slot.busy) {
-                slot.forget = true;  // its call is using the cache: cleared when it ends
-                continue;
-            }
-            slot.cache->clear();
-            slot.session.clear();
-        }
-    }
-    drop_host_cache(session);
 }
 
 void Slots::clear_caches() {
@@ -218,7 +261,8 @@ json Slots::stats() const {
     for (size_t i = 0; i < slots_.size(); i++) {
         const auto & slot = slots_[i];
         per_slot.push_back(json{{"slot", i},
-                                {"session", slot.session.empty() ? json(nullptr) : json(slot.session)},
+                                {"session", slot.owner.pinned() ? json(slot.owner.session) : json(nullptr)},
+                                {"scope", slot.owner.scoped ? json(slot.owner.scope) : json(nullptr)},
                                 {"n_tokens", slot.cache->tokens().size()},
                                 {"busy", slot.busy},
                                 {"n_checkpoints", slot.cache->n_checkpoints()},
@@ -228,7 +272,7 @@ json Slots::stats() const {
         bytes += slot.cache->checkpoint_bytes();
     }
     return json{{"n_tokens", tokens}, {"n_checkpoints", checkpoints}, {"checkpoint_bytes", bytes},
-                {"n_slots", slots_.size()}, {"slots", per_slot},
+                {"n_slots", slots_.size()}, {"slots", per_slot}, {"n_shared", n_shared_},
                 {"host_cache", {{"entries", host_cache_.size()}, {"bytes", host_bytes_}, {"limit_bytes", host_limit_}}}};
 }
 

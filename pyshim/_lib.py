@@ -35,6 +35,7 @@ int el_cancel(el_handle *handle);
 int el_cancel_request(el_handle *handle, const char *request_id);
 int el_reset(el_handle *handle);
 int el_forget(el_handle *handle, const char *session);
+int el_forget_scope(el_handle *handle, const char *scope, const char *session);
 char *el_stats(el_handle *handle);
 int el_close(el_handle *handle);
 void el_free(char *str);

@@ -169,7 +169,9 @@ async def agenerate(
 
     Cancelling the awaiting task cancels the generation and waits for the worker to return.
     """
-    session = options.get("session")
+    session, scope = options.get("session"), options.get("scope")
+    if isinstance(scope, str) and isinstance(session, str) and session:
+        session = f"{len(scope)}:{scope}{session}"  # two scopes' sessions of one name: a slot each
     g, call = gate(model), Call(session if isinstance(session, str) else None)
     if options.get("request_id"):
         call.request_id = str(options["request_id"])

@@ -180,9 +180,12 @@ def add_serve_parser(sub: Any) -> None:
     ps.add_argument("--name", help="the model id clients use (default: the catalogue name or the file's stem)")
     ps.add_argument(
         "--api-key",
-        default=os.environ.get("PYSHIM_API_KEY"),
-        help="require Authorization: Bearer KEY (default $PYSHIM_API_KEY; none: unauthenticated)",
+        action="append",
+        default=[],
+        help="accept Authorization: Bearer KEY (repeatable: one tenant per key, whose calls never share "
+        "cached state with another's; default $PYSHIM_API_KEY; none: unauthenticated)",
     )
+    ps.add_argument("--api-key-file", help="accept the keys in this file, one per line (# comments)")
     ps.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
     ps.add_argument("--max-queue", type=int, default=16, help="requests waiting for the model; more get 503")
     ps.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
@@ -236,7 +239,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config={k: v for k, v in config.items() if v is not None},
         host=args.host,
         port=args.port,
-        api_key=args.api_key or None,
+        api_keys=api_keys(args),
         max_request_bytes=args.max_request_bytes,
         max_queue=args.max_queue,
         cors_origins=args.cors_origin,
@@ -244,6 +247,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         answer_repeats=args.answer_repeats,
     )
     return serve(settings)
+
+
+def api_keys(args: argparse.Namespace) -> list[str]:
+    """--api-key (repeated), the lines of --api-key-file, else $PYSHIM_API_KEY."""
+    keys = list(args.api_key)
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as f:
+            keys += [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+    env = os.environ.get("PYSHIM_API_KEY")
+    return keys or ([env] if env else [])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,6 +92,12 @@ class Model(_Closes):
     call ``close()``. llama-cpp-python's ``model_path=`` and ``verbose=`` are taken as
     ``model`` and ``log`` (``pyshim.habits``).
 
+    Calls share one trust scope by default (``scope=""``): a new conversation, a session of
+    its own or not, starts from the longest prefix another conversation on this Model already
+    evaluated (a common system prompt and tools), copied into its own slot. Calls may name
+    their own ``scope=`` (the door gives each API key one); ``Model(..., scope=None)`` shares
+    nothing between sessions (as every handle did before ABI 1.11).
+
     Calls on one Model run one at a time, or up to ``n_seq`` at once (each in its own slot,
     their decode steps batched together by the library); separate Models run in parallel.
     Ctrl-C during a call made from the main thread stops it within about one token and
@@ -100,6 +106,9 @@ class Model(_Closes):
 
     def __init__(self, model: str | os.PathLike[str] | None = None, **config: Any) -> None:
         model, config = habits.open_config(model, config)
+        config.setdefault("scope", "")
+        if config["scope"] is None:
+            del config["scope"]
         self.path = models.path(model)
         self.config = {"model": str(self.path), **config}
         handle = lib().el_open(encode(self.config))
@@ -230,9 +239,14 @@ class Model(_Closes):
         """Drop every cached token and checkpoint."""
         lib().el_reset(self.handle)
 
-    def forget(self, session: str) -> None:
-        """Drop what is cached for one session (see the ``session`` option)."""
-        lib().el_forget(self.handle, session.encode())
+    def forget(self, session: str | None = None, *, scope: str | None = None) -> None:
+        """Drop what is cached for one session (see the ``session`` option; ``""``: calls that
+        name none) of the default scope, or of ``scope``; a whole ``scope`` when ``session`` is
+        None. ``forget()`` alone drops nothing (``reset()`` drops everything)."""
+        if scope is not None:
+            lib().el_forget_scope(self.handle, scope.encode(), ffi.NULL if session is None else session.encode())
+        elif session is not None:
+            lib().el_forget(self.handle, session.encode())
 
     def stats(self) -> dict[str, Any]:
         return take_json(lib().el_stats(self.handle))

@@ -59,11 +59,19 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    api_keys: list[str] = field(default_factory=list)  # more keys (--api-key repeated, --api-key-file)
     max_request_bytes: int = 4 * 1024 * 1024
     max_queue: int = 16
     cors_origins: list[str] = field(default_factory=list)
     log_level: str = "info"
     answer_repeats: bool = True  # see _generate
+
+
+def accepted_keys(settings: Settings) -> list[str]:
+    """The keys the door takes; none: it is open (and each client's bearer token, whatever it
+    is, still names its scope)."""
+    first = [settings.api_key] if settings.api_key else []
+    return first + [k for k in settings.api_keys if k]
 
 
 class Door:
@@ -107,12 +115,22 @@ class Door:
             raise ApiError(503, "the model is still loading", code="model_loading")
         return self.model
 
+    def keys(self) -> list[str]:
+        return accepted_keys(self.settings)
+
+    def key_ok(self, token: str | None) -> bool:
+        keys = self.keys()
+        given = (token or "").encode()
+        # every key compared, so the time taken says nothing of which one nearly matched
+        return not keys or sum(hmac.compare_digest(given, k.encode()) for k in keys) > 0
+
     def check_key(self, request: Request) -> str:
-        """The scope of the request's key (see key_scope); 401 unless it is the server's key."""
+        """The scope of the request's key (see key_scope); 401 unless it is one of the server's
+        keys. Each key is a tenant: its calls share cached prefixes with each other (the
+        library's "scope" option), never with another key's."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        key = self.settings.api_key
-        if key is not None and not hmac.compare_digest(token.encode(), key.encode()):
+        if not self.key_ok(token):
             raise ApiError(401, "incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
         return key_scope(token)
 
@@ -302,11 +320,12 @@ def _timed(response: Response, started: float, result: Any) -> Response:
 async def chat_completions(request: Request) -> Response:
     started = time.perf_counter()
     door: Door = request.app.state.door
-    door.check_key(request)
+    scope = door.check_key(request)
     model = door.ready()
     req: ChatRequest = parse_request(
         await _read_json(request, door.settings.max_request_bytes), request.headers.get("x-session-id")
     )
+    req.options["scope"] = scope
     door.check_model(req.model)
     comp = Completion(door.settings.name)
     try:
@@ -336,13 +355,13 @@ async def anthropic_messages(request: Request) -> Response:
     door: Door = request.app.state.door
     try:
         key = anthropic_api.api_key(request.headers)
-        want = door.settings.api_key
-        if want is not None and (key is None or not hmac.compare_digest(key.encode(), want.encode())):
+        if not door.key_ok(key) or (key is None and door.keys()):
             raise ApiError(401, "invalid x-api-key")
         model = door.ready()
         counting = request.url.path.endswith("/count_tokens")
         body = await _read_json(request, door.settings.max_request_bytes)
         req = anthropic_api.parse_request(body, request.headers.get("x-session-id"), key, count=counting)
+        req.options["scope"] = key_scope(key)
         door.check_model(req.model)
         msg = anthropic_api.Message(door.settings.name, req)
         if not req.stream:
@@ -381,6 +400,7 @@ async def responses(request: Request) -> Response:
         body = await _read_json(request, door.settings.max_request_bytes)
         out = responses_api.Responder(door.settings.name)
         req = responses_api.parse_request(body, out.id, scope, door.responses, request.headers.get("x-session-id"))
+        req.options["scope"] = scope
         door.check_model(req.model)
         if not req.stream:
             result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
@@ -586,7 +606,7 @@ def serve(settings: Settings) -> int:
         server.should_exit = True
 
     door.on_load_failure = stop
-    if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
+    if not accepted_keys(settings) and settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without an API key: anyone who can reach it can use the model", settings.host)
     server.run()
     return 1 if door.load_error is not None else 0

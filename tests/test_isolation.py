@@ -1,7 +1,10 @@
 """The handle's promises (issue: session isolation and the races around close, cancel and failure).
 
 Isolation: a call never reuses, trims or restores another session's cached state, so neither its
-output nor its ``n_reused`` can tell it anything about another session's prompt. Failure: a call
+output nor its ``n_reused`` can tell it anything about another session's prompt. These run on
+handles whose sessions are in no scope (``scope=None``, the C ABI's default); sessions of one
+scope may start from each other's prefixes by copy, and the same probes across scopes are in
+tests/test_scopes.py. Failure: a call
 that fails after routing puts back the host-memory copy it consumed. Races: ``el_close`` and
 ``el_cancel`` never lose their cancel, whatever the timing.
 """
@@ -31,7 +34,7 @@ def secret_conversation(codename: str) -> list[dict[str, Any]]:
 
 
 def test_a_call_without_a_session_never_touches_a_pinned_slot() -> None:
-    with pyshim.Model(models.path(SMOL), n_ctx=2048, n_seq=2, temperature=0) as m:
+    with pyshim.Model(models.path(SMOL), n_ctx=2048, n_seq=2, temperature=0, scope=None) as m:
         a = secret_conversation("BLUEBIRD")
         first = m.generate(a, max_tokens=4, session="A")
         # Shares A's whole system prompt, names no session: it must take the empty slot
@@ -46,7 +49,7 @@ def test_a_call_without_a_session_never_touches_a_pinned_slot() -> None:
 
 @pytest.mark.parametrize("n_seq", [1, 2])
 def test_n_reused_reveals_nothing_about_another_sessions_prompt(n_seq: int) -> None:
-    with pyshim.Model(models.path(SMOL), n_ctx=2048, n_seq=n_seq, temperature=0) as m:
+    with pyshim.Model(models.path(SMOL), n_ctx=2048, n_seq=n_seq, temperature=0, scope=None) as m:
         m.generate(secret_conversation("BLUEBIRD"), max_tokens=2, session="A")
         reused = {}
         for guess in ("BLUEBIRD", "REDFOX"):

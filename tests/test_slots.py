@@ -81,7 +81,8 @@ def test_alternating_conversations_each_keep_their_slot() -> None:
 def test_sessions_pin_slots_and_can_be_forgotten() -> None:
     path = models.path(SMOL)
     conv = [{"role": "system", "content": "Shared. " + text(random.Random(1), 80)}, *user("Hi")]
-    with pyshim.Model(path, n_ctx=1024, n_seq=2, temperature=0) as m:
+    # sessions in no scope: each one's slot holds only its own tokens (sharing: test_scopes.py)
+    with pyshim.Model(path, n_ctx=1024, n_seq=2, temperature=0, scope=None) as m:
         r1 = m.generate(conv, max_tokens=2, session="alice")
         r2 = m.generate(conv, max_tokens=2, session="bob")
         assert r1["slot"] != r2["slot"]

@@ -217,6 +217,16 @@ int main(int argc, char **argv) {
     CHECK(is_error(r) && strstr(r, "nope") != NULL, "unknown embed option named");
     el_free(r);
 
+    /* scopes (1.11): a session of a named scope starts from another's prefix; forgetting */
+    /* the scope drops it; a NULL scope is refused */
+    expect(h, LONG, NULL, "{\"max_tokens\": 1, \"scope\": \"t\", \"session\": \"a\"}", 0, "scoped call");
+    r = el_generate(h, LONG, NULL, "{\"max_tokens\": 1, \"scope\": \"t\", \"session\": \"b\"}");
+    CHECK(strstr(r, "\"shared_prefix\":true") != NULL || strstr(r, "\"n_reused\":0") == NULL, "prefix shared in a scope");
+    el_free(r);
+    CHECK(el_forget_scope(h, "t", "b") == 0 && el_forget_scope(h, "t", NULL) == 0, "forget a scope");
+    CHECK(el_forget_scope(h, NULL, "b") == -1, "forget_scope needs a scope");
+    expect(h, HI, NULL, "{\"max_tokens\": 1, \"scope\": 7}", 1, "a scope that is not a string");
+
     /* stats, reset */
     r = el_stats(h);
     CHECK(!is_error(r) && strstr(r, "\"n_ctx\":1024") != NULL, "stats");
