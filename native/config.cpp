@@ -93,7 +93,7 @@ Config parse_config(const char * config_json) {
     reject_unknown_keys(j, {"model", "n_ctx", "n_batch", "n_threads", "n_gpu_layers", "seed", "temperature", "top_p",
                             "top_k", "min_p", "max_tokens", "swa_full", "flash_attn", "deterministic", "n_checkpoints", "n_seq", "state_cache_mib", "chat_template",
                             "tool_call_recovery", "log", "rpc", "rpc_timeout_ms", "tensor_split", "embd_ctx",
-                            "embd_pooling", "speculative", "scope"}, "config");
+                            "embd_pooling", "speculative", "scope", "cache_dir", "disk_cache_mib"}, "config");
     Config c;
     c.model = get_string(j, "model", "");
     if (c.model.empty()) {
@@ -125,6 +125,8 @@ Config parse_config(const char * config_json) {
     if (c.embd_pooling != "auto" && c.embd_pooling != "mean" && c.embd_pooling != "cls" && c.embd_pooling != "last") {
         fail("\"embd_pooling\" must be \"auto\", \"mean\", \"cls\" or \"last\"");
     }
+    c.cache_dir      = get_string(j, "cache_dir", "");
+    c.disk_cache_mib = (int32_t) get_int(j, "disk_cache_mib", c.disk_cache_mib, 0, 1 << 30);
     if (const json * s = find(j, "scope")) {
         if (!s->is_string() || s->get<std::string>().size() > 256) {
             fail("\"scope\" must be a string of at most 256 bytes");

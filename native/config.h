@@ -18,6 +18,8 @@ namespace el {
 struct Config {
     std::string model;
     std::optional<std::string> scope;  // calls naming no "scope" are in this one (unset: none)
+    std::string cache_dir;             // the disk tier's directory ("": none)
+    int32_t     disk_cache_mib = 1024;  // its bound
     int32_t     n_ctx         = 4096;
     int32_t     n_batch       = 512;
     int32_t     n_threads     = 0;

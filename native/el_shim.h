@@ -278,6 +278,24 @@ EL_API const char *el_build_info(void);
 **   embd_pooling   "auto" | "mean" | "cls" | "last": how el_embed pools
 **                  hidden states; "auto" is the model's own (an embedding
 **                  model's GGUF names it), else "mean" (1.10)        ("auto")
+**   cache_dir      a directory for the DISK TIER ("": none): what the slots
+**                  hold when the handle closes, and host-memory entries the
+**                  state_cache_mib budget pushes out, are written there; a
+**                  call whose prompt a file holds a longer prefix of than
+**                  the slots and host memory do starts from it (result
+**                  "restored_from_disk"), in this process or another. An
+**                  entry is used only by a handle of the same model file
+**                  (size, mtime, what llama.cpp read) and the same settings
+**                  that shape the state (n_ctx, n_ubatch, swa_full, flash
+**                  attention in use, deterministic, devices, build), for an
+**                  owner that could read it in memory (its own session, or
+**                  the same named scope), and only if the whole file checks
+**                  out (magic, sizes, CRC-32); any other file is ignored.
+**                  Files are written whole (temporary name, then rename), so
+**                  processes may share the directory; files are readable by
+**                  whoever can read the directory: keep it private (1.11)
+**   disk_cache_mib bound on cache_dir's entries, least recently used go
+**                  first (1.11)                                    (1024)
 **   scope          the trust scope of calls that name none (a string of
 **                  at most 256 bytes, "" allowed): its sessions start from
 **                  each other's prefixes (SESSIONS AND ISOLATION; 1.11).
@@ -461,6 +479,7 @@ EL_API const char *el_last_error(void);
 **                      host-memory state cache before reuse
 **   shared_prefix      true when it started from a copy of another
 **                      conversation of the call's scope (1.11)
+**   restored_from_disk true when it started from a disk-tier entry (1.11)
 **   n_batched_max      the most calls whose tokens were evaluated in one
 **                      decode step together with this call's: 1 when it
 **                      decoded alone, 0 when it decoded nothing (since 1.3;
@@ -640,6 +659,9 @@ EL_API char *el_stats(el_handle *handle);
 
 /*
 ** el_close: cancel any call in progress, wait for it, free the handle.
+** With a cache_dir, what the slots and host memory hold is written to the
+** disk tier first (a file per conversation, the time it takes to write
+** its state; a write that fails is skipped).
 ** Returns 0, or -1 if the handle was invalid or already closed (no crash).
 ** A handle inherited through fork() is released without waiting or freeing
 ** (see THREADS) and returns 0.

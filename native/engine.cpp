@@ -238,6 +238,7 @@ bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
         const size_t  slot = slots_->pick(p.req.owner, p.req.prompt, how);
         p.rep.restored_from_host = how.restored_from_host;
         p.rep.shared_prefix      = how.shared;
+        p.rep.restored_from_disk = how.restored_from_disk;
         if (slot != Slots::kBusy) {
             p.rep.slot   = slot;
             p.rep.routed = true;

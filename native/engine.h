@@ -118,6 +118,7 @@ class Engine {
     void load_model();
     void create_context();
     json device_names() const;
+    std::string fingerprint() const;
     static std::string new_call_id();
 
     // The steps of run(), in order.

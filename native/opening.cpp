@@ -13,6 +13,7 @@
 #include "embedding.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -39,6 +40,10 @@ Engine::~Engine() {
     }
     embedder_.reset();  // its context goes before the model it shares
     if (slots_) {
+        try {
+            slots_->persist();  // the disk tier keeps what the slots held, for the next handle
+        } catch (...) {
+        }
         slots_->clear_caches();
     }
     slots_.reset();
@@ -83,6 +88,9 @@ void Engine::open(const char * config_json) {
         kind = MemoryKind::SlidingWindow;
     }
     slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
+    if (!cfg_.cache_dir.empty() && cfg_.disk_cache_mib > 0) {
+        slots_->set_disk(std::make_unique<DiskCache>(cfg_.cache_dir, (size_t) cfg_.disk_cache_mib << 20, fingerprint()));
+    }
     // Every evaluation runs on the handle's evaluator thread, with one slot too (scheduler.h).
     sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch,
                                          [this](const std::vector<Scheduler::Participant *> & b) { return run_step(b); });
@@ -164,6 +172,24 @@ void Engine::create_context() {
     }
     n_ctx_ = (int32_t) llama_n_ctx_seq(ctx_);
     batch_ = llama_batch_init(cfg_.n_batch, 0, 1);
+}
+
+// What a sequence's saved state depends on, beyond its tokens: the model file (its size and
+// modification time, and what llama.cpp read from it), the build, and the settings that change
+// the cache's layout or its values (the kernels that computed them, the cells a slot has).
+// A disk-tier entry is used only where all of it is equal (disk_cache.h).
+std::string Engine::fingerprint() const {
+    std::error_code ec;
+    const auto size  = std::filesystem::file_size(cfg_.model, ec);
+    const auto mtime = std::filesystem::last_write_time(cfg_.model, ec).time_since_epoch().count();
+    char desc[256];
+    llama_model_desc(model_, desc, sizeof(desc));
+    return json{{"size", size}, {"mtime", mtime}, {"desc", desc}, {"n_params", llama_model_n_params(model_)},
+                {"build", json::parse(patched::build_info())}, {"n_ctx", n_ctx_},
+                {"n_ubatch", std::min(cfg_.n_batch, 512)}, {"swa_full", cfg_.swa_full},
+                {"flash_attn", context_uses_flash_attn(ctx_)}, {"deterministic", cfg_.deterministic},
+                {"n_gpu_layers", cfg_.n_gpu_layers}, {"rpc", rpc_.endpoints()}, {"tensor_split", cfg_.tensor_split}}
+        .dump();
 }
 
 // The devices layers can be offloaded to: the remote ones and the local GPUs.

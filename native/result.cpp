@@ -107,6 +107,7 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"slot", r.routed ? json(r.slot) : json(nullptr)},
         {"restored_from_host", r.restored_from_host},
         {"shared_prefix", r.shared_prefix},
+        {"restored_from_disk", r.restored_from_disk},
         {"n_batched_max", r.n_batched_max},
         {"n_argmax", r.n_argmax},
         {"n_drafted", r.n_drafted},

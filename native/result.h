@@ -31,7 +31,8 @@ struct CallReport {
     size_t      n_accepted    = 0;  // of those, the ones the call's own choice confirmed
     bool        routed = false;  // given a slot (false: cancelled before)
     bool        restored_from_host = false;
-    bool        shared_prefix      = false;  // the slot started from a copy of another conversation of the scope
+    bool        shared_prefix      = false;
+    bool        restored_from_disk = false;  // the slot started from a disk-tier entry  // the slot started from a copy of another conversation of the scope
     json        logprobs = json::array();  // per generated token, when asked for
     json        probe;                     // test hook "probe": per position of the copy
 };

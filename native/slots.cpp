@@ -39,6 +39,7 @@ size_t Slots::pick(const Owner & owner, const std::vector<llama_token> & prompt,
     slots_[chosen].last_used = ++clock_;
     slots_[chosen].busy      = true;
     how.shared               = share(chosen, prompt);
+    how.restored_from_disk   = disk_ != nullptr && from_disk(chosen, prompt);
     return chosen;
 }
 
@@ -166,10 +167,35 @@ void Slots::settle(size_t slot, bool ok) {
     }
 }
 
+// The disk tier's longest prefix of the prompt this slot's owner may read, when it beats what
+// the slot now holds by kMinShared tokens: loaded as a shared copy is (share()).
+bool Slots::from_disk(size_t slot, const std::vector<llama_token> & prompt) {
+    Slot & dst = slots_[slot];
+    const size_t have = common_prefix(dst.cache->tokens(), prompt);
+    std::optional<PromptCache::Saved> saved = disk_->best(dst.owner, prompt, have + kMinShared - 1);
+    return saved && dst.cache->load(*saved);
+}
+
+void Slots::persist() {
+    if (disk_ == nullptr) {
+        return;
+    }
+    for (const Slot & slot : slots_) {
+        PromptCache::Saved saved;
+        saved.owner = slot.owner;
+        if (!slot.cache->tokens().empty() && slot.cache->save(saved)) {
+            disk_->put(saved);
+        }
+    }
+    for (const PromptCache::Saved & e : host_cache_) {
+        disk_->put(e);
+    }
+}
+
 // Keep an evicted conversation in host memory (llama-server does the same), so that
 // when it comes back its prefix is restored instead of evaluated again.
 void Slots::stash(const Slot & victim) {
-    if (host_limit_ == 0 || victim.cache->tokens().empty()) {
+    if ((host_limit_ == 0 && disk_ == nullptr) || victim.cache->tokens().empty()) {
         return;
     }
     PromptCache::Saved saved;
@@ -180,13 +206,20 @@ void Slots::stash(const Slot & victim) {
 }
 
 // Newest first; the oldest entries go when the budget is exceeded.
+// What the budget pushes out goes to the disk tier, if any.
 void Slots::put_back(PromptCache::Saved saved) {
     if (saved.bytes() > host_limit_) {
+        if (disk_ != nullptr) {
+            disk_->put(saved);
+        }
         return;
     }
     host_bytes_ += saved.bytes();
     host_cache_.push_front(std::move(saved));
     while (host_bytes_ > host_limit_) {
+        if (disk_ != nullptr) {
+            disk_->put(host_cache_.back());
+        }
         host_bytes_ -= host_cache_.back().bytes();
         host_cache_.pop_back();
     }
@@ -273,6 +306,7 @@ json Slots::stats() const {
     }
     return json{{"n_tokens", tokens}, {"n_checkpoints", checkpoints}, {"checkpoint_bytes", bytes},
                 {"n_slots", slots_.size()}, {"slots", per_slot}, {"n_shared", n_shared_},
+                {"disk", disk_ != nullptr ? disk_->stats() : json(nullptr)},
                 {"host_cache", {{"entries", host_cache_.size()}, {"bytes", host_bytes_}, {"limit_bytes", host_limit_}}}};
 }
 

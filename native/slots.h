@@ -14,6 +14,7 @@
 // into or forgets it.
 #pragma once
 
+#include "disk_cache.h"
 #include "json_args.h"
 #include "owner.h"
 #include "prompt_cache.h"
@@ -48,6 +49,7 @@ class Slots {
     struct Picked {
         bool restored_from_host = false;
         bool shared             = false;
+        bool restored_from_disk = false;  // the prefix came from the disk tier (disk_cache.h)
     };
 
     // The slot that serves a call of this owner with this prompt; may evict another
@@ -77,6 +79,14 @@ class Slots {
     // Clear every slot's memory (before the context is freed).
     void clear_caches();
 
+    // Give the slots a disk tier: host-memory entries pushed out by the budget, and every
+    // conversation still held at persist(), are written to it; a call whose prompt it holds
+    // a longer prefix of than anything in memory starts from it.
+    void set_disk(std::unique_ptr<DiskCache> disk) { disk_ = std::move(disk); }
+
+    // Write every slot's conversation and host-memory entry to the disk tier (el_close).
+    void persist();
+
     // Release host-side state only, touching no memory of the context (dead handles).
     void release_host_state();
 
@@ -91,6 +101,7 @@ class Slots {
     void   put_back(PromptCache::Saved saved);
     bool   unstash(size_t slot, const Owner & owner, const std::vector<llama_token> & prompt);
     bool   share(size_t slot, const std::vector<llama_token> & prompt);
+    bool   from_disk(size_t slot, const std::vector<llama_token> & prompt);
     bool   matches(const Owner & of, const Owner * owner, bool whole_scope) const;
 
     // A copy pays for itself only if it saves more evaluation than the state it moves costs.
@@ -103,6 +114,7 @@ class Slots {
     std::deque<PromptCache::Saved> host_cache_;
     size_t                         host_bytes_ = 0;
     uint64_t                       n_shared_   = 0;  // prefixes copied between conversations
+    std::unique_ptr<DiskCache>     disk_;            // null: no disk tier
 };
 
 }  // namespace el

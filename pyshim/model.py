@@ -98,6 +98,11 @@ class Model(_Closes):
     their own ``scope=`` (the door gives each API key one); ``Model(..., scope=None)`` shares
     nothing between sessions (as every handle did before ABI 1.11).
 
+    What the slots hold when the Model closes, and what host memory cannot keep, goes to a disk
+    tier (``cache_dir``, default ``~/.cache/pyshim/prefixes``, or ``$PYSHIM_PREFIX_CACHE``;
+    bounded by ``disk_cache_mib``, 1024): the next Model of the same file and settings, in this
+    process or another, starts from the longest prefix it holds. ``cache_dir=None`` turns it off.
+
     Calls on one Model run one at a time, or up to ``n_seq`` at once (each in its own slot,
     their decode steps batched together by the library); separate Models run in parallel.
     Ctrl-C during a call made from the main thread stops it within about one token and
@@ -107,8 +112,10 @@ class Model(_Closes):
     def __init__(self, model: str | os.PathLike[str] | None = None, **config: Any) -> None:
         model, config = habits.open_config(model, config)
         config.setdefault("scope", "")
-        if config["scope"] is None:
-            del config["scope"]
+        config.setdefault("cache_dir", models.prefix_dir())
+        for key in ("scope", "cache_dir"):
+            if config[key] is None:
+                del config[key]
         self.path = models.path(model)
         self.config = {"model": str(self.path), **config}
         handle = lib().el_open(encode(self.config))

@@ -90,9 +90,22 @@ CATALOGUE: dict[str, CatalogueEntry] = {
 }
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
     root = os.environ.get("PYSHIM_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "pyshim") / "models"
+    return Path(root) if root else Path.home() / ".cache" / "pyshim"
+
+
+def cache_dir() -> Path:
+    return cache_root() / "models"
+
+
+def prefix_dir() -> str | None:
+    """Where ``Model`` keeps evaluated prefixes by default (el_open's ``cache_dir``):
+    ``$PYSHIM_PREFIX_CACHE`` (empty: nowhere), else ``prefixes/`` beside the models."""
+    env = os.environ.get("PYSHIM_PREFIX_CACHE")
+    if env is not None:
+        return env or None
+    return str(cache_root() / "prefixes")
 
 
 # -- verification -------------------------------------------------------------------

@@ -17,6 +17,10 @@ import pytest
 import pyshim
 from pyshim import models
 
+# No test reads prefixes another test (or an earlier run) left on disk, unless it names its own
+# cache_dir: a fresh handle must be fresh. Servers started by the tests inherit this.
+os.environ["PYSHIM_PREFIX_CACHE"] = ""
+
 ROOT = Path(__file__).resolve().parent.parent
 QWEN = "qwen2.5-coder-0.5b-instruct"
 GEMMA = "gemma-3-270m"

@@ -1,0 +1,334 @@
+// disk_cache.cpp -- prefixes in files; see disk_cache.h.
+//
+// File layout (host byte order; a file from another byte order fails the magic's version):
+//   "ELPC" u32 version | u32 len, fingerprint | u8 scoped, u32 len, scope, u32 len, session |
+//   u64 n, int32 tokens[n] | u64 len, state | u32 n, { u64 n_tokens, u64 len, bytes } per
+//   checkpoint | u32 CRC-32 (IEEE, as zlib's) of every byte after the first 8.
+
+#include "disk_cache.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <system_error>
+
+namespace el {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char     kMagic[4] = {'E', 'L', 'P', 'C'};
+constexpr uint32_t kVersion  = 1;
+constexpr uint64_t kMaxField = uint64_t(1) << 40;  // no field of a sane file is this long
+
+uint32_t crc32(uint32_t crc, const void * data, size_t n) {
+    static const std::array<uint32_t, 256> table = [] {
+        std::array<uint32_t, 256> t{};
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) {
+                c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            }
+            t[i] = c;
+        }
+        return t;
+    }();
+    const auto * p = static_cast<const uint8_t *>(data);
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    }
+    return ~crc;
+}
+
+std::string digest(const std::string & s) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a: names files, checks nothing
+    for (unsigned char c : s) {
+        h = (h ^ c) * 1099511628211ull;
+    }
+    char out[17];
+    std::snprintf(out, sizeof out, "%016llx", (unsigned long long) h);
+    return out;
+}
+
+// Writes fields and keeps the CRC of what follows the first 8 bytes.
+struct Writer {
+    std::ofstream out;
+    uint32_t      crc = 0;
+    void raw(const void * p, size_t n, bool counted = true) {
+        out.write(static_cast<const char *>(p), (std::streamsize) n);
+        if (counted) {
+            crc = crc32(crc, p, n);
+        }
+    }
+    template <typename T> void num(T v) { raw(&v, sizeof v); }
+    void str(const std::string & s) {
+        num<uint32_t>((uint32_t) s.size());
+        raw(s.data(), s.size());
+    }
+    void bytes(const std::vector<uint8_t> & b) {
+        num<uint64_t>(b.size());
+        raw(b.data(), b.size());
+    }
+};
+
+// Reads fields from a buffer, refusing any that runs past its end.
+struct Reader {
+    const uint8_t * p;
+    size_t          left;
+    bool            ok = true;
+    bool take(void * dst, size_t n) {
+        if (!ok || n > left) {
+            return ok = false;
+        }
+        std::memcpy(dst, p, n);
+        p += n, left -= n;
+        return true;
+    }
+    template <typename T> T num() {
+        T v{};
+        take(&v, sizeof v);
+        return v;
+    }
+    std::string str() {
+        const uint32_t n = num<uint32_t>();
+        if (!ok || n > left) {
+            ok = false;
+            return {};
+        }
+        std::string s(n, '\0');
+        take(s.data(), n);
+        return s;
+    }
+    std::vector<uint8_t> bytes() {
+        const uint64_t n = num<uint64_t>();
+        if (!ok || n > left) {
+            ok = false;
+            return {};
+        }
+        std::vector<uint8_t> b(n);
+        take(b.data(), n);
+        return b;
+    }
+};
+
+std::vector<uint8_t> read_file(const std::string & path, size_t limit) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<uint8_t> buf;
+    if (!in) {
+        return buf;
+    }
+    in.seekg(0, std::ios::end);
+    const auto size = (size_t) std::max<std::streamoff>(0, in.tellg());
+    in.seekg(0);
+    buf.resize(std::min(size, limit));
+    in.read(reinterpret_cast<char *>(buf.data()), (std::streamsize) buf.size());
+    buf.resize((size_t) std::max<std::streamsize>(0, in.gcount()));
+    return buf;
+}
+
+}  // namespace
+
+DiskCache::DiskCache(std::string cache_dir, size_t limit_bytes, std::string fingerprint)
+    : root_(std::move(cache_dir)), limit_(limit_bytes), fingerprint_(std::move(fingerprint)) {
+    dir_ = (fs::path(root_) / digest(fingerprint_)).string();
+}
+
+std::string DiskCache::group(const Owner & owner) const {
+    return digest(owner.scoped ? "s" + owner.scope : owner.key());
+}
+
+bool DiskCache::put(const PromptCache::Saved & saved) {
+    if (saved.tokens.size() < kMinTokens || saved.data.empty() || limit_ == 0) {
+        return false;
+    }
+    std::string toks(reinterpret_cast<const char *>(saved.tokens.data()), saved.tokens.size() * sizeof(llama_token));
+    const std::string name = group(saved.owner) + "-" + digest(saved.owner.key() + '\0' + toks) + ".elpc";
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    const fs::path final_path = fs::path(dir_) / name;
+    if (fs::exists(final_path, ec)) {
+        fs::last_write_time(final_path, fs::file_time_type::clock::now(), ec);  // the same prefix: a use
+        return true;
+    }
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    const fs::path tmp = fs::path(dir_) / (name + ".tmp" + std::to_string(rng()));
+    {
+        Writer w{std::ofstream(tmp, std::ios::binary | std::ios::trunc)};
+        w.raw(kMagic, 4, false);
+        w.raw(&kVersion, sizeof kVersion, false);
+        w.str(fingerprint_);
+        w.num<uint8_t>(saved.owner.scoped);
+        w.str(saved.owner.scope);
+        w.str(saved.owner.session);
+        w.num<uint64_t>(saved.tokens.size());
+        w.raw(toks.data(), toks.size());
+        w.bytes(saved.data);
+        w.num<uint32_t>((uint32_t) saved.checkpoints.size());
+        for (const Checkpoint & cp : saved.checkpoints) {
+            w.num<uint64_t>(cp.n_tokens);
+            w.bytes(cp.data);
+        }
+        const uint32_t crc = w.crc;
+        w.raw(&crc, sizeof crc, false);
+        w.out.flush();
+        if (!w.out) {
+            w.out.close();
+            fs::remove(tmp, ec);
+            return false;
+        }
+    }
+    fs::rename(tmp, final_path, ec);  // atomic: readers see the whole file or none
+    if (ec) {
+        fs::remove(tmp, ec);
+        return false;
+    }
+    written_++;
+    keep_bound();
+    return true;
+}
+
+// The fields before the state, read from the file's start; nothing for a file that is not
+// one of this fingerprint's entries.
+std::optional<DiskCache::Header> DiskCache::read_header(const std::string & path) const {
+    constexpr size_t kPeek = 1 << 20;  // the header of any prompt up to ~250k tokens
+    const std::vector<uint8_t> buf = read_file(path, kPeek);
+    Reader r{buf.data(), buf.size()};
+    char magic[4];
+    r.take(magic, 4);
+    const uint32_t version = r.num<uint32_t>();
+    Header h;
+    h.path = path;
+    const bool ours = r.ok && std::memcmp(magic, kMagic, 4) == 0 && version == kVersion && r.str() == fingerprint_;
+    if (!ours || !r.ok) {
+        return std::nullopt;
+    }
+    h.owner.scoped  = r.num<uint8_t>() != 0;
+    h.owner.scope   = r.str();
+    h.owner.session = r.str();
+    const uint64_t n = r.num<uint64_t>();
+    if (!r.ok || n > r.left / sizeof(llama_token)) {
+        return std::nullopt;
+    }
+    h.tokens.resize(n);
+    r.take(h.tokens.data(), n * sizeof(llama_token));
+    return h;
+}
+
+// The whole entry, checked by its CRC before any of it is believed.
+bool DiskCache::read_body(const Header & h, PromptCache::Saved & out) const {
+    const std::vector<uint8_t> buf = read_file(h.path, kMaxField);
+    if (buf.size() < 12) {
+        return false;
+    }
+    uint32_t crc;
+    std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
+    if (crc32(0, buf.data() + 8, buf.size() - 12) != crc) {
+        return false;
+    }
+    Reader r{buf.data() + 8, buf.size() - 12};
+    (void) r.str();
+    (void) r.num<uint8_t>();
+    (void) r.str();
+    (void) r.str();
+    const uint64_t n = r.num<uint64_t>();
+    if (!r.ok || n != h.tokens.size()) {
+        return false;
+    }
+    out.tokens.resize(n);
+    r.take(out.tokens.data(), n * sizeof(llama_token));
+    out.data = r.bytes();
+    const uint32_t n_cp = r.num<uint32_t>();
+    for (uint32_t i = 0; r.ok && i < n_cp; i++) {
+        Checkpoint cp;
+        cp.n_tokens = (size_t) r.num<uint64_t>();
+        cp.data     = r.bytes();
+        if (cp.n_tokens > n) {
+            return false;
+        }
+        out.checkpoints.push_back(std::move(cp));
+    }
+    out.owner = h.owner;
+    return r.ok && r.left == 0 && out.tokens == h.tokens;
+}
+
+std::optional<PromptCache::Saved> DiskCache::best(const Owner & owner, const std::vector<llama_token> & prompt,
+                                                  size_t at_least) {
+    if (limit_ == 0) {
+        return std::nullopt;
+    }
+    const std::string prefix = group(owner) + "-";
+    std::vector<std::pair<size_t, Header>> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.compare(0, prefix.size(), prefix) != 0 || it->path().extension() != ".elpc") {
+            continue;
+        }
+        std::optional<Header> h = read_header(it->path().string());
+        if (!h || !(h->owner == owner || h->owner.shares_with(owner))) {
+            rejected_ += !h;
+            continue;
+        }
+        const size_t n = common_prefix(h->tokens, prompt);
+        if (n > at_least) {
+            found.emplace_back(n, std::move(*h));
+        }
+    }
+    // longest first; an entry that fails its check gives way to the next
+    std::sort(found.begin(), found.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+    for (const auto & [n, h] : found) {
+        PromptCache::Saved saved;
+        if (read_body(h, saved)) {
+            fs::last_write_time(h.path, fs::file_time_type::clock::now(), ec);
+            restored_++;
+            return saved;
+        }
+        rejected_++;
+    }
+    return std::nullopt;
+}
+
+// Oldest first, until the files of every fingerprint under cache_dir fit the bound. Another
+// process may remove the same files meanwhile: a file already gone is not an error.
+void DiskCache::keep_bound() const {
+    std::vector<std::pair<fs::file_time_type, fs::path>> files;
+    uintmax_t total = 0;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.find(".elpc.tmp") != std::string::npos &&
+            it->last_write_time(ec) < fs::file_time_type::clock::now() - std::chrono::minutes(10)) {
+            fs::remove(it->path(), ec);  // left by a writer that died before its rename
+            continue;
+        }
+        if (it->is_regular_file(ec) && it->path().extension() == ".elpc") {
+            const uintmax_t size = it->file_size(ec);
+            total += ec ? 0 : size;
+            files.emplace_back(it->last_write_time(ec), it->path());
+        }
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto & [when, path] : files) {
+        if (total <= limit_) {
+            break;
+        }
+        const uintmax_t size = fs::file_size(path, ec);
+        if (fs::remove(path, ec)) {
+            total -= std::min<uintmax_t>(total, size);
+        }
+    }
+}
+
+json DiskCache::stats() const {
+    return json{{"dir", dir_}, {"limit_bytes", limit_}, {"written", written_}, {"restored", restored_},
+                {"rejected", rejected_}};
+}
+
+}  // namespace el

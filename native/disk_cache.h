@@ -1,0 +1,66 @@
+// disk_cache.h -- the disk tier of the prompt cache: evaluated prefixes kept in files, so
+// that a new handle, in this process or another, starts from them instead of evaluating.
+//
+// Invariant: an entry is used only by a handle whose fingerprint (the model file's identity
+// and every setting that changes the state's bytes) equals the writer's, for an owner that
+// may read the writer's state (the same owner, or the same named scope: owner.h), and only
+// if the whole file checks out (magic, version, sizes, CRC-32 over everything after the
+// magic); anything else is skipped as if absent, never loaded half. Files appear whole
+// (written to a temporary name, then renamed), so concurrent processes read either the old
+// file, the new one or none; the directory is kept under its byte bound by removing the
+// least recently used files (a use touches a file's mtime).
+#pragma once
+
+#include "json_args.h"
+#include "owner.h"
+#include "prompt_cache.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace el {
+
+class DiskCache {
+  public:
+    // `fingerprint` names what must match for a state's bytes to be valid here; the entries
+    // live in a directory of cache_dir named by its digest, and limit_bytes bounds cache_dir.
+    DiskCache(std::string cache_dir, size_t limit_bytes, std::string fingerprint);
+
+    // Keep a saved conversation (prompts shorter than kMinTokens are not worth a file). False,
+    // leaving nothing behind, on any failure: the disk tier only ever costs speed.
+    bool put(const PromptCache::Saved & saved);
+
+    // The entry this owner may read whose tokens share the longest prefix with the prompt,
+    // longer than `at_least` tokens; nothing when none is, or none checks out.
+    std::optional<PromptCache::Saved> best(const Owner & owner, const std::vector<llama_token> & prompt,
+                                           size_t at_least);
+
+    // {"dir", "limit_bytes", "written", "restored", "rejected"}
+    json stats() const;
+
+    static constexpr size_t kMinTokens = 32;
+
+  private:
+    struct Header {
+        std::string              path;
+        Owner                    owner;
+        std::vector<llama_token> tokens;
+    };
+    std::string group(const Owner & owner) const;  // the file-name prefix of what an owner may read
+    std::optional<Header> read_header(const std::string & path) const;
+    bool read_body(const Header & h, PromptCache::Saved & out) const;
+    void keep_bound() const;
+
+    std::string   root_;  // cache_dir
+    std::string   dir_;   // root_/<fingerprint digest>
+    size_t        limit_;
+    std::string   fingerprint_;
+    uint64_t      written_  = 0;
+    uint64_t      restored_ = 0;
+    mutable uint64_t rejected_ = 0;  // files skipped: foreign, truncated, or failing the CRC
+};
+
+}  // namespace el
