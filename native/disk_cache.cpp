@@ -2,8 +2,9 @@
 //
 // File layout (host byte order; a file from another byte order fails the magic's version):
 //   "ELPC" u32 version | u32 len, fingerprint | u8 scoped, u32 len, scope, u32 len, session |
-//   u64 n, int32 tokens[n] | u64 len, state | u32 n, { u64 n_tokens, u64 len, bytes } per
-//   checkpoint | u32 CRC-32 (IEEE, as zlib's) of every byte after the first 8.
+//   u64 n, int32 tokens[n] | u32 m, u64 checkpoint places[m] | u64 len, state |
+//   { u64 len, bytes } per checkpoint | u32 CRC-32 (IEEE, as zlib's) of every byte after the
+//   first 8. Everything before the state is the header, read to choose an entry.
 
 #include "disk_cache.h"
 
@@ -24,25 +25,40 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char     kMagic[4] = {'E', 'L', 'P', 'C'};
-constexpr uint32_t kVersion  = 1;
+constexpr uint32_t kVersion  = 2;
 constexpr uint64_t kMaxField = uint64_t(1) << 40;  // no field of a sane file is this long
 
+// CRC-32 (IEEE), eight bytes a step ("slicing by 8"): a restore checks every byte it loads,
+// tens of MB on the small models, and the byte-wise loop cost more than reading them.
 uint32_t crc32(uint32_t crc, const void * data, size_t n) {
-    static const std::array<uint32_t, 256> table = [] {
-        std::array<uint32_t, 256> t{};
+    static const auto tables = [] {
+        std::array<std::array<uint32_t, 256>, 8> t{};
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++) {
                 c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
             }
-            t[i] = c;
+            t[0][i] = c;
+        }
+        for (uint32_t i = 0; i < 256; i++) {
+            for (size_t k = 1; k < 8; k++) {
+                t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+            }
         }
         return t;
     }();
     const auto * p = static_cast<const uint8_t *>(data);
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo, hi;
+        std::memcpy(&lo, p, 4);
+        std::memcpy(&hi, p + 4, 4);
+        lo ^= crc;  // little-endian hosts (a big-endian one fails every file's check: never wrong)
+        crc = tables[7][lo & 0xFF] ^ tables[6][(lo >> 8) & 0xFF] ^ tables[5][(lo >> 16) & 0xFF] ^ tables[4][lo >> 24] ^
+              tables[3][hi & 0xFF] ^ tables[2][(hi >> 8) & 0xFF] ^ tables[1][(hi >> 16) & 0xFF] ^ tables[0][hi >> 24];
+    }
+    for (; n > 0; n--, p++) {
+        crc = tables[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
     }
     return ~crc;
 }
@@ -144,9 +160,21 @@ std::string DiskCache::group(const Owner & owner) const {
     return digest(owner.scoped ? "s" + owner.scope : owner.key());
 }
 
-bool DiskCache::put(const PromptCache::Saved & saved) {
-    if (saved.tokens.size() < kMinTokens || saved.data.empty() || limit_ == 0) {
+// A file keeps the first kKeptFirst checkpoints (where the fixed part of a conversation and its
+// first prompt end: what the next process or another conversation starts from) and the last
+// kKeptLast ones; the others
+// would make every restore read more (on Gemma 3, 8 checkpoints are ~60 MB of a 70 MB file).
+bool DiskCache::put(const PromptCache::Saved & whole) {
+    if (whole.tokens.size() < kMinTokens || whole.data.empty() || limit_ == 0) {
         return false;
+    }
+    PromptCache::Saved thin;
+    constexpr size_t first = PromptCache::kKeptFirst;
+    const PromptCache::Saved & saved = whole.checkpoints.size() <= first + kKeptLast ? whole : thin;
+    if (&saved == &thin) {
+        thin.tokens = whole.tokens, thin.data = whole.data, thin.owner = whole.owner;
+        thin.checkpoints.insert(thin.checkpoints.end(), whole.checkpoints.begin(), whole.checkpoints.begin() + first);
+        thin.checkpoints.insert(thin.checkpoints.end(), whole.checkpoints.end() - kKeptLast, whole.checkpoints.end());
     }
     std::string toks(reinterpret_cast<const char *>(saved.tokens.data()), saved.tokens.size() * sizeof(llama_token));
     const std::string name = group(saved.owner) + "-" + digest(saved.owner.key() + '\0' + toks) + ".elpc";
@@ -169,10 +197,12 @@ bool DiskCache::put(const PromptCache::Saved & saved) {
         w.str(saved.owner.session);
         w.num<uint64_t>(saved.tokens.size());
         w.raw(toks.data(), toks.size());
-        w.bytes(saved.data);
         w.num<uint32_t>((uint32_t) saved.checkpoints.size());
         for (const Checkpoint & cp : saved.checkpoints) {
             w.num<uint64_t>(cp.n_tokens);
+        }
+        w.bytes(saved.data);
+        for (const Checkpoint & cp : saved.checkpoints) {
             w.bytes(cp.data);
         }
         const uint32_t crc = w.crc;
@@ -218,6 +248,17 @@ std::optional<DiskCache::Header> DiskCache::read_header(const std::string & path
     }
     h.tokens.resize(n);
     r.take(h.tokens.data(), n * sizeof(llama_token));
+    const uint32_t m = r.num<uint32_t>();
+    for (uint32_t i = 0; r.ok && i < m; i++) {
+        const uint64_t at = r.num<uint64_t>();
+        if (at > n) {
+            return std::nullopt;
+        }
+        h.checkpoints.push_back(Checkpoint{(size_t) at, {}});
+    }
+    if (!r.ok) {
+        return std::nullopt;
+    }
     return h;
 }
 
@@ -243,23 +284,23 @@ bool DiskCache::read_body(const Header & h, PromptCache::Saved & out) const {
     }
     out.tokens.resize(n);
     r.take(out.tokens.data(), n * sizeof(llama_token));
-    out.data = r.bytes();
     const uint32_t n_cp = r.num<uint32_t>();
+    if (!r.ok || n_cp != h.checkpoints.size()) {
+        return false;
+    }
     for (uint32_t i = 0; r.ok && i < n_cp; i++) {
-        Checkpoint cp;
-        cp.n_tokens = (size_t) r.num<uint64_t>();
-        cp.data     = r.bytes();
-        if (cp.n_tokens > n) {
-            return false;
-        }
-        out.checkpoints.push_back(std::move(cp));
+        out.checkpoints.push_back(Checkpoint{(size_t) r.num<uint64_t>(), {}});
+    }
+    out.data = r.bytes();
+    for (Checkpoint & cp : out.checkpoints) {
+        cp.data = r.bytes();
     }
     out.owner = h.owner;
     return r.ok && r.left == 0 && out.tokens == h.tokens;
 }
 
 std::optional<PromptCache::Saved> DiskCache::best(const Owner & owner, const std::vector<llama_token> & prompt,
-                                                  size_t at_least) {
+                                                  size_t at_least, MemoryKind kind) {
     if (limit_ == 0) {
         return std::nullopt;
     }
@@ -276,7 +317,7 @@ std::optional<PromptCache::Saved> DiskCache::best(const Owner & owner, const std
             rejected_ += !h;
             continue;
         }
-        const size_t n = common_prefix(h->tokens, prompt);
+        const size_t n = reusable(kind, h->tokens, h->checkpoints, prompt);
         if (n > at_least) {
             found.emplace_back(n, std::move(*h));
         }

@@ -35,19 +35,22 @@ class DiskCache {
 
     // The entry this owner may read whose tokens share the longest prefix with the prompt,
     // longer than `at_least` tokens; nothing when none is, or none checks out.
+    // "Share" counts what prepare() could keep of it (reusable(), for memories of this kind).
     std::optional<PromptCache::Saved> best(const Owner & owner, const std::vector<llama_token> & prompt,
-                                           size_t at_least);
+                                           size_t at_least, MemoryKind kind);
 
     // {"dir", "limit_bytes", "written", "restored", "rejected"}
     json stats() const;
 
     static constexpr size_t kMinTokens = 32;
+    static constexpr size_t kKeptLast  = 2;  // checkpoints a file keeps after the first
 
   private:
     struct Header {
         std::string              path;
         Owner                    owner;
         std::vector<llama_token> tokens;
+        std::deque<Checkpoint>   checkpoints;  // their places only: the bytes are in the body
     };
     std::string group(const Owner & owner) const;  // the file-name prefix of what an owner may read
     std::optional<Header> read_header(const std::string & path) const;

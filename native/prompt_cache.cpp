@@ -44,10 +44,27 @@ void PromptCache::save_checkpoint() {
     if (llama_state_seq_get_data_ext(ctx_, cp.data.data(), size, seq_, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != size) {
         return;  // a missing checkpoint only costs speed, never correctness
     }
+    // The first call's checkpoints stay (the first two): they are where the conversation's
+    // fixed part (its system prompt and tools) and its first prompt end, the places another
+    // conversation of the scope, or a later process, starts from; the next oldest goes instead.
     while (!checkpoints_.empty() && (int32_t) checkpoints_.size() >= max_checkpoints_) {
-        checkpoints_.pop_front();
+        const size_t keep = std::min<size_t>(kKeptFirst, checkpoints_.size() - 1);
+        checkpoints_.erase(checkpoints_.begin() + (std::ptrdiff_t) keep);
     }
     checkpoints_.push_back(std::move(cp));
+}
+
+size_t reusable(MemoryKind kind, const std::vector<llama_token> & tokens, const std::deque<Checkpoint> & checkpoints,
+                const std::vector<llama_token> & prompt) {
+    const size_t n = prompt.empty() ? 0 : std::min(common_prefix(tokens, prompt), prompt.size() - 1);
+    if (n == tokens.size() || kind == MemoryKind::Trimmable) {
+        return n;
+    }
+    size_t best = 0;  // a sliding window may also trim near its end: not counted, to be safe
+    for (const Checkpoint & cp : checkpoints) {
+        best = cp.n_tokens <= n ? std::max(best, cp.n_tokens) : best;
+    }
+    return best;
 }
 
 size_t checkpoint_bytes(const std::deque<Checkpoint> & checkpoints) {

@@ -38,6 +38,11 @@ enum class MemoryKind {
     Recurrent,      // recurrent or hybrid: the state cannot be trimmed per token
 };
 
+// How many tokens of `prompt` prepare() would keep from a sequence holding `tokens` with these
+// checkpoints (at most: a sliding window may keep more), so that routing can compare sources.
+size_t reusable(MemoryKind kind, const std::vector<llama_token> & tokens, const std::deque<Checkpoint> & checkpoints,
+                const std::vector<llama_token> & prompt);
+
 // Test hooks only: reuse without the checks that make it exact.
 enum class UnsafeReuse {
     None,
@@ -76,10 +81,19 @@ class PromptCache {
 
     llama_seq_id seq() const { return seq_; }
 
+    static constexpr size_t kKeptFirst = 2;  // checkpoints that eviction passes over (save_checkpoint)
+
     // Save the rollback-proof part of the memory as it is now (after tokens().size() tokens).
     void save_checkpoint();
 
     size_t n_checkpoints() const { return checkpoints_.size(); }
+    const std::deque<Checkpoint> & checkpoints() const { return checkpoints_; }
+    MemoryKind kind() const { return kind_; }
+
+    // reusable() for this cache.
+    size_t reusable(const std::vector<llama_token> & prompt) const {
+        return el::reusable(kind_, tokens_, checkpoints_, prompt);
+    }
     size_t checkpoint_bytes() const;
 
     // A host-memory copy of the whole sequence: its tokens and its full state.

@@ -55,7 +55,8 @@ bool Slots::can_pick(const Owner & owner) const {
     return true;
 }
 
-// The longest prefix of the prompt that another conversation of the slot's scope holds, in a
+// The longest prefix of the prompt (that prepare() could keep: reusable()) that another
+// conversation of the slot's scope holds, in a
 // slot no call runs on (a running call's cache is its own until it settles) or in host
 // memory, copied into this slot when it beats what the slot holds by kMinShared tokens. The
 // whole state is copied (llama.cpp copies a sequence between cache streams only whole) and
@@ -66,18 +67,17 @@ bool Slots::can_pick(const Owner & owner) const {
 // the call only its reuse.
 bool Slots::share(size_t slot, const std::vector<llama_token> & prompt) {
     Slot & dst = slots_[slot];
-    const size_t own = common_prefix(dst.cache->tokens(), prompt);
-    size_t best = own + kMinShared - 1;
+    size_t best = dst.cache->reusable(prompt) + kMinShared - 1;
     const Slot * from_slot = nullptr;
     const PromptCache::Saved * from_host = nullptr;
     for (const Slot & s : slots_) {
-        const size_t n = &s == &dst || s.busy || !s.owner.shares_with(dst.owner) ? 0 : common_prefix(s.cache->tokens(), prompt);
+        const size_t n = &s == &dst || s.busy || !s.owner.shares_with(dst.owner) ? 0 : s.cache->reusable(prompt);
         if (n > best) {
             best = n, from_slot = &s;
         }
     }
     for (const PromptCache::Saved & e : host_cache_) {
-        const size_t n = !e.owner.shares_with(dst.owner) ? 0 : common_prefix(e.tokens, prompt);
+        const size_t n = !e.owner.shares_with(dst.owner) ? 0 : reusable(dst.cache->kind(), e.tokens, e.checkpoints, prompt);
         if (n > best) {
             best = n, from_slot = nullptr, from_host = &e;
         }
@@ -171,8 +171,8 @@ void Slots::settle(size_t slot, bool ok) {
 // the slot now holds by kMinShared tokens: loaded as a shared copy is (share()).
 bool Slots::from_disk(size_t slot, const std::vector<llama_token> & prompt) {
     Slot & dst = slots_[slot];
-    const size_t have = common_prefix(dst.cache->tokens(), prompt);
-    std::optional<PromptCache::Saved> saved = disk_->best(dst.owner, prompt, have + kMinShared - 1);
+    const size_t have = dst.cache->reusable(prompt);
+    std::optional<PromptCache::Saved> saved = disk_->best(dst.owner, prompt, have + kMinShared - 1, dst.cache->kind());
     return saved && dst.cache->load(*saved);
 }
 
