@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -178,7 +178,7 @@ bench-overhead: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k --systems pyshim llama-server \
 	  --out docs/bench-overhead.md
 
-bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix
+bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix
 	$(MAKE) bench-status
 
 # Each report in docs/ with its commit and how many library commits it is behind HEAD; fails when
@@ -211,6 +211,11 @@ bench-speculative: build models peers
 # (docs/bench-shared-prefix.md).
 bench-shared-prefix: build models peers
 	$(PY) -m bench.shared_prefix --out docs/bench-shared-prefix.md
+
+# A second process of the same agent script, from the disk tier, beside llama-server restarted
+# (docs/bench-disk-prefix.md).
+bench-disk-prefix: build models peers
+	$(PY) -m bench.disk_prefix --out docs/bench-disk-prefix.md
 
 # Local-only vs split over one and two loopback rpc-servers (docs/bench-rpc.md).
 bench-rpc: build models rpc-server
