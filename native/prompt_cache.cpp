@@ -44,9 +44,10 @@ void PromptCache::save_checkpoint() {
     if (llama_state_seq_get_data_ext(ctx_, cp.data.data(), size, seq_, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) != size) {
         return;  // a missing checkpoint only costs speed, never correctness
     }
-    // The first call's checkpoints stay (the first two): they are where the conversation's
-    // fixed part (its system prompt and tools) and its first prompt end, the places another
-    // conversation of the scope, or a later process, starts from; the next oldest goes instead.
+    // The first call's checkpoints stay (kKeptFirst): they are where the conversation's fixed
+    // part (its system prompt and tools) and its first prompt end, the places another
+    // conversation of the scope, or a later process running the same script, starts from; the
+    // next oldest goes instead.
     while (!checkpoints_.empty() && (int32_t) checkpoints_.size() >= max_checkpoints_) {
         const size_t keep = std::min<size_t>(kKeptFirst, checkpoints_.size() - 1);
         checkpoints_.erase(checkpoints_.begin() + (std::ptrdiff_t) keep);

@@ -81,7 +81,9 @@ class PromptCache {
 
     llama_seq_id seq() const { return seq_; }
 
-    static constexpr size_t kKeptFirst = 2;  // checkpoints that eviction passes over (save_checkpoint)
+    // Checkpoints that eviction passes over (save_checkpoint): the first call's, at its last
+    // message, its generation prompt and its prompt's end (engine.cpp's prefill).
+    static constexpr size_t kKeptFirst = 3;
 
     // Save the rollback-proof part of the memory as it is now (after tokens().size() tokens).
     void save_checkpoint();
