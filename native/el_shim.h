@@ -67,6 +67,10 @@
 **     lock: a callback that blocks holds up its own call alone, except that the
 **     next decode step waits up to 10 ms once for its token; a call that missed
 **     a step is not waited for again until it submits its next token;
+**   - a call that starts from another conversation's prefix (SHARING WITHIN A
+**     SCOPE) or from the disk tier (config cache_dir) copies that state while
+**     holding the handle: the others' next decode step waits for the copy,
+**     about the time to read its bytes (tens of MB on the catalogue models);
 **   - as it ends, it frees its slot for the calls that wait;
 **   - what it leaves in the caches can change the others' n_reused, restored_from_host
 **     and *_reused counters and timings (see SESSIONS AND ISOLATION), never
