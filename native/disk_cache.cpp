@@ -179,7 +179,12 @@ bool DiskCache::put(const PromptCache::Saved & whole) {
     std::string toks(reinterpret_cast<const char *>(saved.tokens.data()), saved.tokens.size() * sizeof(llama_token));
     const std::string name = group(saved.owner) + "-" + digest(saved.owner.key() + '\0' + toks) + ".elpc";
     std::error_code ec;
-    fs::create_directories(dir_, ec);
+    // The files hold conversations' state: the directories are the owner's alone (the files
+    // inside inherit nothing, so they are kept unreadable through them).
+    if (fs::create_directories(dir_, ec)) {
+        fs::permissions(root_, fs::perms::owner_all, fs::perm_options::replace, ec);
+        fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
+    }
     const fs::path final_path = fs::path(dir_) / name;
     if (fs::exists(final_path, ec)) {
         fs::last_write_time(final_path, fs::file_time_type::clock::now(), ec);  // the same prefix: a use

@@ -173,6 +173,7 @@ def test_another_process_restores_what_this_one_left(tmp_path: Path) -> None:
     ]
     assert all(p.wait(timeout=300) == 0 for p in procs)
     assert len(entries(tmp_path)) == 1 and not list(tmp_path.glob("*/*.tmp*"))
+    assert entries(tmp_path)[0].parent.stat().st_mode & 0o077 == 0  # the owner's alone
     with pyshim.Model(model_path(SMOL), cache_dir=str(tmp_path), temperature=0) as m:
         got = m.generate(second, max_tokens=3)
     assert got["restored_from_disk"] and got["n_reused"] > 50, got
