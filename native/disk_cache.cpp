@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <system_error>
@@ -306,27 +307,39 @@ bool DiskCache::read_body(const Header & h, PromptCache::Saved & out) const {
 
 std::optional<PromptCache::Saved> DiskCache::best(const Owner & owner, const std::vector<llama_token> & prompt,
                                                   size_t at_least, MemoryKind kind) {
-    if (limit_ == 0) {
+    // No entry can keep more than all but the prompt's last token: a call that continues the
+    // conversation its slot holds (most calls) lists nothing.
+    if (limit_ == 0 || at_least + 1 >= prompt.size()) {
         return std::nullopt;
     }
     const std::string prefix = group(owner) + "-";
     std::vector<std::pair<size_t, Header>> found;
+    std::map<std::string, Seen> seen;  // this listing's files: what is gone leaves the memo
     std::error_code ec;
     for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.compare(0, prefix.size(), prefix) != 0 || it->path().extension() != ".elpc") {
             continue;
         }
-        std::optional<Header> h = read_header(it->path().string());
+        // A file's header is read once per size: a name is its content's digest, and the body,
+        // read again on use, is what the CRC checks.
+        const std::string path = it->path().string();
+        const uintmax_t   size = it->file_size(ec);
+        auto              memo = headers_.find(path);
+        const bool        read = memo == headers_.end() || memo->second.size != size;
+        Seen &            s    = seen[path];
+        s = read ? Seen{size, read_header(path)} : std::move(memo->second);
+        const std::optional<Header> & h = s.header;
         if (!h || !(h->owner == owner || h->owner.shares_with(owner))) {
-            rejected_ += !h;
+            rejected_ += !h && read;  // a foreign file counts once
             continue;
         }
         const size_t n = reusable(kind, h->tokens, h->checkpoints, prompt);
         if (n > at_least) {
-            found.emplace_back(n, std::move(*h));
+            found.emplace_back(n, *h);
         }
     }
+    headers_ = std::move(seen);
     // longest first; an entry that fails its check gives way to the next
     std::sort(found.begin(), found.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
     for (const auto & [n, h] : found) {

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,12 @@ class DiskCache {
     std::optional<Header> read_header(const std::string & path) const;
     bool read_body(const Header & h, PromptCache::Saved & out) const;
     void keep_bound() const;
+
+    struct Seen {
+        uintmax_t             size = 0;
+        std::optional<Header> header;  // none: not one of this fingerprint's entries
+    };
+    std::map<std::string, Seen> headers_;  // the headers of the files best() last listed, by path
 
     std::string   root_;  // cache_dir
     std::string   dir_;   // root_/<fingerprint digest>

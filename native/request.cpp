@@ -61,6 +61,7 @@ struct Inputs {
     std::vector<uint64_t>        message_ids;              // their numbers in the cache (empty: whole read)
     json                         tools;
     json                         opt;
+    Owner                        owner;  // its "scope" and "session" (read_owner)
 };
 
 // The "_test.messages_by_position" hook (the message cache's fault), looked up in the options
@@ -87,8 +88,9 @@ Inputs read_inputs(MessageCache & cache, const std::optional<std::string> & defa
     json opt = options_json == nullptr ? json::object() : json::parse(options_json, nullptr, false);
     in.messages_text = messages_json;
     // the session and scope are checked later
-    in.messages = read_messages(cache, read_owner(opt, default_scope).key(), messages_json, in.n_messages_reused,
-                                in.message_ids, messages_by_position(opt));
+    in.owner    = read_owner(opt, default_scope);
+    in.messages = read_messages(cache, in.owner.key(), messages_json, in.n_messages_reused, in.message_ids,
+                                messages_by_position(opt));
     in.tools = tools_json == nullptr ? json::array() : parse_json_arg(tools_json, "tools");
     if (in.tools.is_null()) {
         in.tools = json::array();
@@ -609,7 +611,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const json & opt = inputs.opt;
     (void) get_string(opt, "session", "");  // a wrong type is refused, by name
     (void) get_string(opt, "scope", "");
-    r.owner        = read_owner(opt, m.cfg.scope);
+    r.owner        = inputs.owner;
     if (r.owner.scope.size() > kMaxScope) {
         throw UserError("\"scope\" is longer than " + std::to_string(kMaxScope) + " bytes");
     }
