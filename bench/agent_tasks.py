@@ -1,17 +1,20 @@
 """Can a small model finish a tool task? Multi-step tasks through ``pyshim.Agent``, and single calls.
 
-Two fixed suites over deterministic tools (arithmetic, unit conversion, a price list, an
-inventory, city facts), greedy decoding, a fresh model state per task:
+Two fixed suites over deterministic tools (``bench/agent_task_set.py``), greedy decoding, a fresh
+model state per task, each split into a development half and a report half that nothing was
+tuned against; the report gives both halves and the gap:
 
-- multi-step: each task needs 2–3 tool calls; it is solved when the agent stops with an
-  answer whose text states every expected value (checked by value, not wording);
+- multi-step: independent parts, data-dependent chains, a step no tool fits, a question that needs
+  no tool, a tool that fails, a result that changes the plan (``check``: every expected value
+  stated, each derived by a tool; every needed call made, none forbidden, no stray tool; the answer
+  is text, not an echo of the facts or a call);
 - single-call: one ``generate``; solved when the model calls the right tool with the right
   arguments, or, where no tool fits, answers in text without calling one.
 
 This is a benchmark of outcomes, not of time: nothing here is timed.
 
-    python -m bench.agent_tasks [--models qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct]
-        [--suite multi single] [--out docs/bench-agent-tasks.md]
+    python -m bench.agent_tasks [--models qwen2.5-coder-0.5b-instruct ...] [--halves dev report]
+        [--modes loop plan] [--suite multi single] [--out docs/bench-agent-tasks.md]
 """
 
 from __future__ import annotations
@@ -23,144 +26,23 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyshim
+from bench.agent_task_set import SINGLE, TASKS, TOOLS, Call, Single, Task
 from bench.provenance import args_command, stamp
-from pyshim import Agent, models
-from pyshim.demo_tools import calculator, convert_units
+from pyshim import Agent, AgentResult, models
 from pyshim.tools import as_tool
 
 SYSTEM = (
     "Answer the user's questions. To get facts, call tools. Once you have the tool results, "
     "respond with a short plain-text answer that states the results."
 )
-
-PRICES = {"apple": 0.4, "pear": 0.55, "banana": 0.25, "melon": 2.8, "coffee": 7.5, "bread": 2.2}
-STOCK = {"apple": 120, "pear": 75, "banana": 240, "melon": 18, "coffee": 42, "bread": 30}
-CITIES = {
-    "Paris": {"population": 2102650, "country": "France", "temperature_c": 18},
-    "Oslo": {"population": 709037, "country": "Norway", "temperature_c": 7},
-    "Lima": {"population": 10004000, "country": "Peru", "temperature_c": 22},
-    "Cairo": {"population": 10230350, "country": "Egypt", "temperature_c": 31},
-    "Tokyo": {"population": 13960000, "country": "Japan", "temperature_c": 16},
-}
 MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct"]
-Item = Literal["apple", "pear", "banana", "melon", "coffee", "bread"]
-
-
-def get_price(item: Item) -> str:
-    """Get the unit price of a shop item in euros.
-
-    Args:
-        item: the item, singular.
-    """
-    return f"{PRICES[item]} EUR"
-
-
-def get_stock(item: Item) -> str:
-    """Get how many units of a shop item are in stock.
-
-    Args:
-        item: the item, singular.
-    """
-    return str(STOCK[item])
-
-
-def get_weather(city: str) -> str:
-    """Get the current temperature in a city, in degrees Celsius.
-
-    Args:
-        city: the city name, e.g. "Paris".
-    """
-    if city not in CITIES:
-        raise KeyError(f"unknown city {city!r}; known: {', '.join(CITIES)}")
-    return json.dumps({"city": city, "temperature_c": CITIES[city]["temperature_c"]})
-
-
-def get_population(city: str) -> str:
-    """Get the population of a city.
-
-    Args:
-        city: the city name, e.g. "Paris".
-    """
-    if city not in CITIES:
-        raise KeyError(f"unknown city {city!r}; known: {', '.join(CITIES)}")
-    return str(CITIES[city]["population"])
-
-
-TOOLS: list[Callable[..., Any]] = [calculator, convert_units, get_price, get_stock, get_weather, get_population]
-
-
-@dataclass(frozen=True)
-class Task:
-    prompt: str
-    expect: tuple[float, ...]  # every value the answer must state
-
-
-@dataclass(frozen=True)
-class Single:
-    prompt: str
-    tool: str | None  # None: no tool fits, the answer must be text
-    args: dict[str, Any] = field(default_factory=dict)  # checked by value (numbers within 1e-6)
-
-
-# 2–3 calls each; the expected values are what the tools return.
-TASKS = [
-    Task(
-        "Use the tools to compute 12.5 times 3, and to convert 37.5 km to miles, then tell me both results.",
-        (37.5, 23.3014),
-    ),
-    Task("What is the price of a melon and how many melons are in stock?", (2.8, 18)),
-    Task("Convert 10 kg to pounds and 5 miles to km.", (22.0462, 8.0467)),
-    Task("What is the temperature in Oslo and in Cairo right now?", (7, 31)),
-    Task("What are the populations of Paris and Oslo?", (2102650, 709037)),
-    Task("Compute 144 / 12 and 17 * 23, then tell me both results.", (12, 391)),
-    Task("How many bananas and how many pears are in stock?", (240, 75)),
-    Task("What is the price of coffee? Then compute the cost of 4 of them with the calculator.", (7.5, 30)),
-    Task("How many apples are in stock? Then use the calculator to compute that number times 0.4.", (120, 48)),
-    Task("Convert 30 degrees Celsius to Fahrenheit and 100 feet to meters.", (86, 30.48)),
-    Task("What is the temperature in Tokyo? Then convert it from Celsius to Fahrenheit.", (16, 60.8)),
-    Task("Compute 2 ** 10 and 1000 - 1, then tell me both results.", (1024, 999)),
-    Task("Get the price of bread and the price of a pear.", (2.2, 0.55)),
-    Task("What is the population of Lima? Then compute that number divided by 2.", (10004000, 5002000)),
-    Task("Convert 3 gallons to liters and 42 km to miles.", (11.3562, 26.0976)),
-    Task("How many melons are in stock, and what is the temperature in Oslo?", (18, 7)),
-    Task("Compute 19 * 21, then convert that many km to miles.", (399, 247.927)),
-    Task("What is the price of an apple, of a banana and of a melon?", (0.4, 0.25, 2.8)),
-    Task("What is the temperature in Lima, in Oslo and in Tokyo?", (22, 7, 16)),
-    Task("Compute 7 * 8, 81 / 9 and 15 + 27, then tell me all three results.", (56, 9, 42)),
-    Task("How much coffee is in stock, and what does one coffee cost?", (42, 7.5)),
-    Task("Convert 50 lb to kg and 2 liters to gallons.", (22.6796, 0.5283)),
-]
-
-SINGLE = [
-    Single("What is 37 times 43?", "calculator"),
-    Single("Compute (15 + 9) / 4.", "calculator"),
-    Single("Convert 12 miles to kilometers.", "convert_units", {"value": 12, "from_unit": "miles", "to_unit": "km"}),
-    Single("Convert 70 kg to pounds.", "convert_units", {"value": 70, "from_unit": "kg", "to_unit": "pounds"}),
-    Single("How warm is it in Oslo?", "get_weather", {"city": "Oslo"}),
-    Single("What is the weather in Tokyo?", "get_weather", {"city": "Tokyo"}),
-    Single("How many people live in Cairo?", "get_population", {"city": "Cairo"}),
-    Single("What is the population of Lima?", "get_population", {"city": "Lima"}),
-    Single("How much does a melon cost?", "get_price", {"item": "melon"}),
-    Single("What is the price of bread?", "get_price", {"item": "bread"}),
-    Single("How many pears are in stock?", "get_stock", {"item": "pear"}),
-    Single("How many units of coffee do we have in stock?", "get_stock", {"item": "coffee"}),
-    Single(
-        "Convert 20 Celsius to Fahrenheit.",
-        "convert_units",
-        {"value": 20, "from_unit": "celsius", "to_unit": "fahrenheit"},
-    ),
-    Single("Say hello in French.", None),
-    Single("Write a haiku about autumn.", None),
-    Single("What is the capital of Italy?", None),
-    Single("Thank you, that is all.", None),
-    Single("Explain in one sentence what a tool call is.", None),
-]
+MODES = {"loop": {"plan": False}, "plan": {"plan": True}}
+MODE_TITLE = {"loop": "the plain loop (`plan=False`)", "plan": "the planner (`plan=True`)"}
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -173,26 +55,23 @@ def numbers_in(text: str) -> list[float]:
     return out
 
 
-def states(text: str, value: float) -> bool:
-    """Does the text state this value (rounded as a person would, to 2 decimals or better)?"""
+def states(text: str, value: float | str) -> bool:
+    """Does the text state this value? A number rounded as a person would (to 2 decimals or
+    better); a word or phrase as a whole, in any case."""
+    if isinstance(value, str):
+        return re.search(rf"\b{re.escape(value)}\b", text or "", re.IGNORECASE) is not None
     return any(abs(n - value) <= max(0.006, 1e-4 * abs(value)) for n in numbers_in(text))
 
 
-def run_task(model: pyshim.Model, task: Task, max_steps: int = 6, plan: bool = False) -> dict[str, Any]:
-    model.reset()  # the same batches on every run, whatever ran before (FACTS.md)
-    agent = Agent(model, TOOLS, system=SYSTEM, max_steps=max_steps, plan=plan, temperature=0, max_tokens=160)
-    r = agent.run(task.prompt)
-    calls = [f"{c['function']['name']}({c['function']['arguments']})" for c in r.tool_calls]
-    missing = [v for v in task.expect if not states(r.content or "", v)]
-    return {
-        "prompt": task.prompt,
-        "solved": r.stopped == "answer" and not missing,
-        "stopped": r.stopped,
-        "calls": calls,
-        "missing": missing,
-        "answer": r.content,
-        "turns": len(r.turns),
-    }
+def _matches(call: dict[str, Any], want: Call) -> bool:
+    name, args = want
+    if call["function"]["name"] != name:
+        return False
+    try:
+        got = json.loads(call["function"]["arguments"] or "{}")
+    except json.JSONDecodeError:
+        return False
+    return isinstance(got, dict) and args_match(got, args)
 
 
 def args_match(got: dict[str, Any], want: dict[str, Any]) -> bool:
@@ -201,9 +80,57 @@ def args_match(got: dict[str, Any], want: dict[str, Any]) -> bool:
         if isinstance(v, (int, float)) and isinstance(g, (int, float)):
             if abs(g - v) > 1e-6:
                 return False
+        elif isinstance(v, str) and isinstance(g, str):
+            if g.strip().lower() != v.lower():
+                return False
         elif g != v:
             return False
     return True
+
+
+def echoes(answer: str, tool_names: Sequence[str]) -> bool:
+    """An answer that only repeats the facts block or writes calls: a tool's name followed by an
+    argument list, or the facts' own wording."""
+    if re.search(r"\breturned:|^\s*facts:", answer, re.IGNORECASE | re.MULTILINE):
+        return True
+    return any(re.search(rf"\b{re.escape(n)}\s*\(", answer) for n in tool_names)
+
+
+def check(task: Task, r: AgentResult) -> list[str]:
+    """Why the run does not solve the task (empty: solved)."""
+    answer = r.content or ""
+    calls = r.tool_calls
+    why = [] if r.stopped == "answer" and answer.strip() else [f"stopped {r.stopped}"]
+    why += [f"missing {v}" for v in task.expect if not states(answer, v)]
+    why += [f"no call {n}{a or ''}" for n, a in task.needs if not any(_matches(c, (n, a)) for c in calls)]
+    why += [f"forbidden {n}{a}" for n, a in task.forbid if any(_matches(c, (n, a)) for c in calls)]
+    allowed = {n for n, _ in task.needs} | set(task.allow)
+    why += sorted({f"stray {c['function']['name']}" for c in calls if c["function"]["name"] not in allowed})
+    if echoes(answer, [t.__name__ for t in TOOLS]):
+        why.append("echoes the facts")
+    if task.no_invented:
+        known = numbers_in(task.prompt) + [n for m in r.tools_ran for n in numbers_in(str(m["content"]))]
+        invented = [n for n in numbers_in(answer) if not any(abs(n - k) <= max(0.006, 1e-4 * abs(k)) for k in known)]
+        why += [f"invented {n:g}" for n in invented]
+    return why
+
+
+def run_task(model: pyshim.Model, task: Task, mode: str = "plan", max_steps: int = 6) -> dict[str, Any]:
+    model.reset()  # the same batches on every run, whatever ran before (FACTS.md)
+    agent = Agent(model, TOOLS, system=SYSTEM, max_steps=max_steps, temperature=0, max_tokens=160, **MODES[mode])
+    r = agent.run(task.prompt)
+    why = check(task, r)
+    return {
+        "prompt": task.prompt,
+        "family": task.family,
+        "half": task.half,
+        "solved": not why,
+        "why": why,
+        "stopped": r.stopped,
+        "calls": [f"{c['function']['name']}({c['function']['arguments']})" for c in r.tool_calls],
+        "answer": r.content,
+        "turns": len(r.turns),
+    }
 
 
 def run_single(model: pyshim.Model, case: Single) -> dict[str, Any]:
@@ -221,75 +148,83 @@ def run_single(model: pyshim.Model, case: Single) -> dict[str, Any]:
             args = {}
         ok = bool(calls) and calls[0]["function"]["name"] == case.tool and args_match(args, case.args)
     got = [f"{c['function']['name']}({c['function']['arguments']})" for c in calls] or [repr((r["content"] or "")[:60])]
-    return {"prompt": case.prompt, "solved": ok, "got": got}
+    return {"prompt": case.prompt, "half": case.half, "solved": ok, "got": got}
 
 
 def progress(r: dict[str, Any]) -> dict[str, Any]:
-    print(f"{'ok ' if r['solved'] else 'no '} {r['prompt']}", file=sys.stderr, flush=True)
+    mark = "ok " if r["solved"] else "no "
+    print(f"{mark} [{r['half']}] {r['prompt']}  {'; '.join(r.get('why', []))}", file=sys.stderr, flush=True)
     return r
 
 
-def markdown(name: str, multi: dict[str, list[dict[str, Any]]], single: list[dict[str, Any]]) -> str:
-    lines = [f"## {name}", ""]
-    for mode, runs in multi.items():
-        lines += multi_table(mode, runs)
-    lines += single_table(single)
-    return "\n".join(lines)
+def score(runs: list[dict[str, Any]], half: str) -> str:
+    part = [r for r in runs if r["half"] == half]
+    n = sum(r["solved"] for r in part)
+    return f"{n}/{len(part)} ({100 * n / len(part):.0f} %)" if part else "-"
 
 
-MODE_TITLE = {"loop": "Agent(...), the plain loop", "plan": "Agent(..., plan=True)"}
+def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["| model | suite | development half | report half | gap (points) |", "|---|---|---|---|---|"]
+    for name, res in raw.items():
+        suites = [(MODE_TITLE[m], runs) for m, runs in res["multi"].items()] + [("single call", res["single"])]
+        for title, runs in suites:
+            if not runs:
+                continue
+            pct = {}
+            for half in ("dev", "report"):
+                part = [r for r in runs if r["half"] == half]
+                pct[half] = 100 * sum(r["solved"] for r in part) / len(part) if part else float("nan")
+            gap = pct["dev"] - pct["report"]
+            lines.append(f"| {name} | {title} | {score(runs, 'dev')} | {score(runs, 'report')} | {gap:+.0f} |")
+    return [*lines, ""]
 
 
-def multi_table(mode: str, multi: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    if multi:
-        n = sum(r["solved"] for r in multi)
-        lines += [f"Multi-step, {MODE_TITLE[mode]}: **{n}/{len(multi)} solved ({100 * n / len(multi):.0f} %)**.", ""]
-        lines += ["| # | solved | calls | answer |", "|---|---|---|---|"]
-        for i, r in enumerate(multi, 1):
-            answer = (r["answer"] or f"({r['stopped']})").replace("\n", " ").replace("|", "/")[:120]
-            mark = "yes" if r["solved"] else f"no (missing {', '.join(map(str, r['missing'])) or r['stopped']})"
-            lines.append(f"| {i} | {mark} | {'; '.join(r['calls']).replace('|', '/')} | {answer} |")
-        lines.append("")
-    return lines
+def multi_table(mode: str, runs: list[dict[str, Any]]) -> list[str]:
+    lines = [f"Multi-step, {MODE_TITLE[mode]}: dev {score(runs, 'dev')}, report {score(runs, 'report')}.", ""]
+    lines += ["| half | family | task | solved | calls | answer |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        answer = (r["answer"] or f"({r['stopped']})").replace("\n", " ").replace("|", "/")[:110]
+        mark = "yes" if r["solved"] else "no: " + ", ".join(r["why"]).replace("|", "/")
+        calls = "; ".join(r["calls"]).replace("|", "/")
+        lines.append(f"| {r['half']} | {r['family']} | {r['prompt']} | {mark} | {calls} | {answer} |")
+    return [*lines, ""]
 
 
 def single_table(single: list[dict[str, Any]]) -> list[str]:
-    lines = []
-    if single:
-        n = sum(r["solved"] for r in single)
-        lines += [f"Single-call: **{n}/{len(single)} right ({100 * n / len(single):.0f} %)**.", ""]
-        lines += ["| prompt | right | got |", "|---|---|---|"]
-        for r in single:
-            got = "; ".join(r["got"]).replace("|", "/").replace("\n", " ")[:100]
-            lines.append(f"| {r['prompt']} | {'yes' if r['solved'] else 'no'} | {got} |")
-        lines.append("")
-    return lines
+    lines = [f"Single-call: dev {score(single, 'dev')}, report {score(single, 'report')}.", ""]
+    lines += ["| half | prompt | right | got |", "|---|---|---|---|"]
+    for r in single:
+        got = "; ".join(r["got"]).replace("|", "/").replace("\n", " ")[:100]
+        lines.append(f"| {r['half']} | {r['prompt']} | {'yes' if r['solved'] else 'no'} | {got} |")
+    return [*lines, ""]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--suite", nargs="+", choices=["multi", "single"], default=["multi", "single"])
-    ap.add_argument(
-        "--modes", nargs="+", choices=["loop", "plan"], default=["loop", "plan"], help="Agent loops to run the tasks"
-    )
-    ap.add_argument("--tasks", type=int, default=len(TASKS), help="run only the first N multi-step tasks")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="Agent loops to run")
+    ap.add_argument("--halves", nargs="+", choices=["dev", "report"], default=["dev", "report"])
+    ap.add_argument("--family", nargs="+", help="run only these task families")
     ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    sections, raw = [], {}
+    tasks = [t for t in TASKS if t.half in args.halves and (not args.family or t.family in args.family)]
+    singles = [s for s in SINGLE if s.half in args.halves]
+    raw: dict[str, dict[str, Any]] = {}
+    sections = []
     for name in args.models:
         with pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads) as m:
             multi = {
-                mode: [progress(run_task(m, t, plan=mode == "plan")) for t in TASKS[: args.tasks]]
-                for mode in args.modes
-                if "multi" in args.suite
+                mode: [progress(run_task(m, t, mode)) for t in tasks] for mode in args.modes if "multi" in args.suite
             }
-            single = [progress(run_single(m, c)) for c in SINGLE] if "single" in args.suite else []
+            single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
         raw[name] = {"multi": multi, "single": single}
-        section = markdown(name, multi, single)
+        lines = [f"## {name}", ""]
+        for mode, runs in multi.items():
+            lines += multi_table(mode, runs)
+        section = "\n".join(lines + (single_table(single) if single else []))
         print(section, flush=True)
         sections.append(section)
     if args.json:
@@ -297,15 +232,16 @@ def main() -> None:
     if args.out:
         header = (
             "# Agent tasks: multi-step tool tasks and single calls on small models\n\n"
-            f"Produced by `python -m bench.agent_tasks --out {args.out}` on {platform.machine()}, "
-            f"{os.cpu_count()} cores, {pyshim.version()}; greedy, max_tokens 160 per turn, "
-            "`pyshim.Agent` with max_steps 6 and the benchmark's system prompt, as the plain loop and with "
-            "`plan=True` (the model lists the steps, takes one per turn, answers from the results). "
-            "A multi-step task is solved when "
-            "the agent answers and the answer states every expected value; a single call is right when it "
-            "names the right tool with the right arguments, or answers in text where no tool fits.\n\n"
+            f"Produced on {platform.machine()}, {os.cpu_count()} cores, {pyshim.version()}; greedy, "
+            "max_tokens 160 per turn, `pyshim.Agent` with max_steps 6 and the benchmark's system prompt. "
+            "Tasks and the split: `bench/agent_task_set.py` (the report half was never run while tuning). "
+            "A multi-step task is solved when the agent stops with a text answer that states every expected "
+            "value (each derived by a tool, none in the question), made every needed call and no forbidden or "
+            "stray one, and does not echo the facts; a single call is right when it names the right tool with "
+            "the right arguments, or answers in text where no tool fits.\n\n"
         )
-        args.out.write_text(stamp(args_command("bench.agent_tasks")) + header + "\n".join(sections))
+        body = header + "\n".join(summary(raw)) + "\n" + "\n".join(sections)
+        args.out.write_text(stamp(args_command("bench.agent_tasks")) + body)
 
 
 if __name__ == "__main__":
