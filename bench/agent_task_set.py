@@ -153,6 +153,8 @@ class Task:
     # Calls of other tools than `needs` names fail the task unless listed here.
     allow: tuple[str, ...] = ()
     no_invented: bool = False  # every number the answer states must come from a tool or the question
+    # Names a lookup fails for: the answer must say it found nothing for each, with no number beside it.
+    fails: tuple[str, ...] = ()
 
 
 def _c(name: str, **args: Any) -> Call:
@@ -310,6 +312,7 @@ DEV_NEW = [
         (_c("get_population", city="Atlantis"), _c("get_population", city="Lima")),
         family="tool fails",
         no_invented=True,
+        fails=("Atlantis",),
     ),
     Task(
         "What is the temperature in Narnia? Also tell me how many pears are in stock.",
@@ -317,6 +320,7 @@ DEV_NEW = [
         (_c("get_weather", city="Narnia"), _c("get_stock", item="pear")),
         family="tool fails",
         no_invented=True,
+        fails=("Narnia",),
     ),
     Task(
         "How many pears are in stock? If fewer than 100, tell me the price of a pear; otherwise the price of an apple.",
@@ -437,6 +441,7 @@ REPORT = [
         family="tool fails",
         half="report",
         no_invented=True,
+        fails=("Gotham",),
     ),
     Task(
         "What is the population of Springfield? Then tell me the population of Paris.",
@@ -445,6 +450,7 @@ REPORT = [
         family="tool fails",
         half="report",
         no_invented=True,
+        fails=("Springfield",),
     ),
     Task(
         "Check the temperature in Tokyo. If it is above 20 degrees, get the population of Tokyo; "

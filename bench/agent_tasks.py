@@ -112,7 +112,20 @@ def check(task: Task, r: AgentResult) -> list[str]:
         known = numbers_in(task.prompt) + [n for m in r.tools_ran for n in numbers_in(str(m["content"]))]
         invented = [n for n in numbers_in(answer) if not any(abs(n - k) <= max(0.006, 1e-4 * abs(k)) for k in known)]
         why += [f"invented {n:g}" for n in invented]
-    return why
+    return why + [f"{name}: {w}" for name in task.fails if (w := failure_unsaid(answer, name))]
+
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_FAILED = re.compile(r"\b(?:not|no|unknown|unable|cannot|couldn't|could not|n't|fail\w*|error|unavailable)\b", re.I)
+
+
+def failure_unsaid(answer: str, name: str) -> str:
+    """What is wrong with how the answer treats a lookup that failed for ``name`` ("" if nothing):
+    each sentence naming it must state no number, and one must say the lookup found nothing."""
+    said = [s for s in _SENTENCE.split(answer) if re.search(rf"\b{re.escape(name)}\b", s, re.I)]
+    if any(numbers_in(s) for s in said):
+        return "a number stated for it"
+    return "" if any(_FAILED.search(s) for s in said) else "its failure not said"
 
 
 def run_task(model: pyshim.Model, task: Task, mode: str = "plan", max_steps: int = 6) -> dict[str, Any]:
