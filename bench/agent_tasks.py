@@ -60,7 +60,12 @@ def states(text: str, value: float | str) -> bool:
     better); a word or phrase as a whole, in any case."""
     if isinstance(value, str):
         return re.search(rf"\b{re.escape(value)}\b", text or "", re.IGNORECASE) is not None
-    return any(abs(n - value) <= max(0.006, 1e-4 * abs(value)) for n in numbers_in(text))
+    return any(close(n, value) for n in numbers_in(text))
+
+
+def close(n: float, value: float) -> bool:
+    """``n`` is ``value`` as a person would round it (to 2 decimals, or 1e-4 of it)."""
+    return abs(n - value) <= max(0.006, 1e-4 * abs(value))
 
 
 def _matches(call: dict[str, Any], want: Call) -> bool:
@@ -110,7 +115,7 @@ def check(task: Task, r: AgentResult) -> list[str]:
         why.append("echoes the facts")
     if task.no_invented:
         known = numbers_in(task.prompt) + [n for m in r.tools_ran for n in numbers_in(str(m["content"]))]
-        invented = [n for n in numbers_in(answer) if not any(abs(n - k) <= max(0.006, 1e-4 * abs(k)) for k in known)]
+        invented = [n for n in numbers_in(answer) if not any(close(n, k) for k in known)]
         why += [f"invented {n:g}" for n in invented]
     return why + [f"{name}: {w}" for name in task.fails if (w := failure_unsaid(answer, name))]
 
