@@ -37,6 +37,9 @@ class DiskCache {
     // The entry this owner may read whose tokens share the longest prefix with the prompt,
     // longer than `at_least` tokens; nothing when none is, or none checks out.
     // "Share" counts what prepare() could keep of it (reusable(), for memories of this kind).
+    // Only the checkpoint prepare() will restore comes with it (none where the prompt extends
+    // the whole entry or the memory is trimmable): the others cost a restore their bytes and
+    // serve only prompts that leave this one earlier, which find them in the file again.
     std::optional<PromptCache::Saved> best(const Owner & owner, const std::vector<llama_token> & prompt,
                                            size_t at_least, MemoryKind kind);
 
@@ -47,15 +50,23 @@ class DiskCache {
     static constexpr size_t kKeptLast  = 2;  // checkpoints a file keeps after the first
 
   private:
+    struct Section {  // a part of the body: where, how long, its CRC-32
+        uint64_t offset = 0, size = 0;
+        uint32_t crc    = 0;
+    };
     struct Header {
         std::string              path;
         Owner                    owner;
         std::vector<llama_token> tokens;
         std::deque<Checkpoint>   checkpoints;  // their places only: the bytes are in the body
+        Section                  state;
+        std::vector<Section>     parts;        // one per checkpoint
+        uint64_t                 end = 0;      // the file's size, as the header describes it
     };
     std::string group(const Owner & owner) const;  // the file-name prefix of what an owner may read
     std::optional<Header> read_header(const std::string & path) const;
-    bool read_body(const Header & h, PromptCache::Saved & out) const;
+    // The state and, where `checkpoint` names one, that checkpoint; false unless both check out.
+    bool read_body(const Header & h, std::optional<size_t> checkpoint, PromptCache::Saved & out) const;
     void keep_bound() const;
 
     struct Seen {

@@ -293,8 +293,10 @@ EL_API const char *el_build_info(void);
 **                  that shape the state (n_ctx, n_ubatch, swa_full, flash
 **                  attention in use, deterministic, devices, build), for an
 **                  owner that could read it in memory (its own session, or
-**                  the same named scope), and only if the whole file checks
-**                  out (magic, sizes, CRC-32); any other file is ignored.
+**                  the same named scope), and only if what it loads checks
+**                  out (magic, sizes, the header's CRC-32 and that of each
+**                  part it reads: the state and the one checkpoint the call
+**                  starts from); any other file is ignored.
 **                  Files are written whole (temporary name, then rename), so
 **                  processes may share the directory; files are readable by
 **                  whoever can read the directory: keep it private (1.11)

@@ -76,8 +76,10 @@ def test_a_restored_prefix_computes_what_a_fresh_evaluation_does(case, tmp_path:
 
 
 def rewrite(entry: Path, edit) -> None:
-    """Apply ``edit`` to the file's token list and make its CRC match again."""
-    raw = bytearray(entry.read_bytes())
+    """Apply ``edit`` to the file's token list and make the header's CRC match again (format 3,
+    native/disk_cache.cpp: the header ends with the places of the checkpoints, a (length, CRC)
+    pair for the state and for each checkpoint, and its own CRC; the sections follow)."""
+    raw = entry.read_bytes()
     at = 8
     (n,) = struct.unpack_from("<I", raw, at)  # fingerprint
     at += 4 + n + 1
@@ -86,10 +88,36 @@ def rewrite(entry: Path, edit) -> None:
         at += 4 + n
     (n_tokens,) = struct.unpack_from("<Q", raw, at)
     tokens = list(struct.unpack_from(f"<{n_tokens}i", raw, at + 8))
+    rest = at + 8 + 4 * n_tokens
+    (m,) = struct.unpack_from("<I", raw, rest)
+    end = rest + 4 + 8 * m + 12 * (m + 1)
     new = edit(tokens)
-    packed = struct.pack("<Q", len(new)) + struct.pack(f"<{len(new)}i", *new)
-    body = raw[:at] + packed + raw[at + 8 + 4 * n_tokens : -4]
-    entry.write_bytes(bytes(body) + struct.pack("<I", zlib.crc32(bytes(body[8:]))))
+    head = raw[:at] + struct.pack("<Q", len(new)) + struct.pack(f"<{len(new)}i", *new) + raw[rest:end]
+    entry.write_bytes(head + struct.pack("<I", zlib.crc32(head[8:])) + raw[end + 4 :])
+
+
+def sections(entry: Path) -> tuple[list[int], list[tuple[int, int]]]:
+    """The checkpoints' places and each body section's (offset, length): the state's first."""
+    raw = entry.read_bytes()
+    at = 8
+    (n,) = struct.unpack_from("<I", raw, at)
+    at += 4 + n + 1
+    for _ in range(2):
+        (n,) = struct.unpack_from("<I", raw, at)
+        at += 4 + n
+    (n_tokens,) = struct.unpack_from("<Q", raw, at)
+    at += 8 + 4 * n_tokens
+    (m,) = struct.unpack_from("<I", raw, at)
+    places = list(struct.unpack_from(f"<{m}Q", raw, at + 4))
+    at += 4 + 8 * m
+    lengths = [struct.unpack_from("<Q", raw, at + 12 * i)[0] for i in range(m + 1)]
+    offset = at + 12 * (m + 1) + 4
+    spans = []
+    for length in lengths:
+        spans.append((offset, length))
+        offset += length
+    assert offset == len(raw)
+    return places, spans
 
 
 def tokens_of(entry: Path) -> list[int]:
@@ -155,6 +183,33 @@ def test_a_file_that_is_not_exactly_ours_is_never_believed(fault: str, tmp_path:
         assert disk["rejected"] >= 1, disk
     with pyshim.Model(path, cache_dir=None, **config) as fresh:
         assert fresh.generate(second, max_tokens=3, **options)["message"] == got["message"]
+
+
+def test_a_restore_reads_and_checks_the_state_and_the_checkpoint_it_starts_from(tmp_path: Path) -> None:
+    """A recurrent model's file holds its first call's checkpoints; the next conversation of the
+    scope starts from the one where the last message starts, so a flipped byte in a later
+    checkpoint, which it never reads, changes nothing, while one in the checkpoint it uses, or in
+    the state, makes it refuse the file and compute what a fresh evaluation does."""
+    path = model_path("tiny:mamba")
+    first, second = conversation("sections", 40)
+    write_first(path, tmp_path / "d", first, **EXACT)
+    (entry,) = entries(tmp_path / "d")
+    raw = entry.read_bytes()
+    places, spans = sections(entry)
+    assert len(places) >= 2, places
+    with pyshim.Model(path, **EXACT) as fresh:
+        want = fresh.generate(second, max_tokens=3, **GREEDY)
+    for i, (span, restored) in enumerate([(spans[-1], True), (spans[1], False), (spans[0], False)]):
+        at = span[0] + span[1] // 2
+        d = tmp_path / f"flip{i}"  # a directory each: a handle leaves its own conversation as it closes
+        (d / entry.parent.name).mkdir(parents=True)
+        (d / entry.parent.name / entry.name).write_bytes(raw[:at] + bytes([raw[at] ^ 0x10]) + raw[at + 1 :])
+        with pyshim.Model(path, cache_dir=str(d), **EXACT) as m:
+            got = m.generate(second, max_tokens=3, **GREEDY)
+            rejected = m.stats()["cache"]["disk"]["rejected"]
+        assert got["restored_from_disk"] == restored, (span, got)
+        assert rejected == (0 if restored else 1), rejected
+        assert largest_difference(want, got) == 0
 
 
 def test_another_process_restores_what_this_one_left(tmp_path: Path) -> None:
