@@ -70,6 +70,8 @@ models: venv
 lint: venv
 	$(PY) -m ruff check pyshim tests scripts bench examples
 	$(PY) -m ruff format --check pyshim tests scripts bench examples
+	$(PY) -m mypy pyshim
+	$(PY) -m basedpyright pyshim
 
 test: build models lint rpc-server
 	$(PY) -m pytest tests -q

@@ -53,11 +53,19 @@ __all__ = [
 # Names that annotations use across modules which import each other, so each names them only
 # under TYPE_CHECKING: bound here, once every module is loaded, so that typing.get_type_hints
 # reads every public signature (tests/test_api_habits.py).
+from . import _call
 from . import aio as _aio
 from . import errors as _errors
 from . import model as _model
 
-_errors.AgentResult = AgentResult  # type: ignore[attr-defined]
-_model.AsyncStream = _aio.AsyncStream  # type: ignore[attr-defined]
-_aio.Agent = Agent  # type: ignore[attr-defined]
-_aio.AgentResult = AgentResult  # type: ignore[attr-defined]
+# By setattr: a type checker sees each name as bound already (imported under TYPE_CHECKING) and refuses the assignment.
+for _module, _name, _value in (
+    (_call, "Delta", _model.Delta),
+    (_call, "Result", _model.Result),
+    (_errors, "AgentResult", AgentResult),
+    (_model, "AsyncStream", _aio.AsyncStream),
+    (_aio, "Agent", Agent),
+    (_aio, "AgentResult", AgentResult),
+):
+    setattr(_module, _name, _value)
+del _module, _name, _value

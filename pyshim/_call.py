@@ -21,11 +21,14 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._lib import ffi, lib, read_json, take_json
 
-__all__ = ["DONE", "Call"]
+if TYPE_CHECKING:
+    from .model import Delta, Result
+
+__all__ = ["DONE", "Call", "take_result"]
 
 #: ``Call.next_delta`` returns this once the call has returned.
 DONE: Any = object()
@@ -68,6 +71,11 @@ def _worker(job: Callable[[], None]) -> None:
         job = _jobs.get()
 
 
+def take_result(ptr: Any) -> Result:
+    """el_generate's result (``take_json``), typed as native/el_shim.h documents it."""
+    return cast("Result", take_json(ptr))
+
+
 class Call:
     """Runs ``el_generate`` (or ``el_generate_stream`` when ``streaming``) on a daemon thread."""
 
@@ -79,7 +87,7 @@ class Call:
         self._handed = False  # whether the caller has it
         self._stop = False
         self._done = False
-        self.result: dict[str, Any] | None = None
+        self.result: Result | None = None
         self.error: BaseException | None = None
         self._worker: threading.Thread | None = None  # set by the worker that runs it
         _run_on_worker(lambda: self._work(args, streaming))
@@ -91,9 +99,9 @@ class Call:
         try:
             if streaming:
                 callback = ffi.callback("el_stream_cb", self._on_delta)
-                self.result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
+                self.result = take_result(lib().el_generate_stream(*args, callback, ffi.NULL))
             else:
-                self.result = take_json(lib().el_generate(*args))
+                self.result = take_result(lib().el_generate(*args))
         except BaseException as e:  # handed to the caller, never lost in the thread
             self.error = e
         finally:
@@ -136,7 +144,7 @@ class Call:
             self.stop()
             raise
 
-    def wait(self) -> dict[str, Any]:
+    def wait(self) -> Result:
         """The final result (raising the call's error); Ctrl-C stops the call first, then propagates."""
         try:
             self._wait_done()
@@ -170,8 +178,8 @@ class Call:
 
 
 def run_in_worker(
-    handle: Any, args: tuple[Any, ...], request_id: str, on_delta: Callable[[dict[str, Any]], object] | None
-) -> Any:
+    handle: Any, args: tuple[Any, ...], request_id: str, on_delta: Callable[[Delta], object] | None
+) -> Result:
     """A generate call whose deltas (if any) go to ``on_delta`` on the calling thread."""
     call = Call(handle, args, on_delta is not None, request_id)
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import cffi
 import orjson
@@ -86,12 +86,18 @@ def lib() -> Any:
     return _lib
 
 
+def c_bytes(ptr: Any) -> bytes:
+    """The bytes of a NUL-terminated ``char *`` from the library. (cffi's ``ffi.string`` is typed
+    ``bytes | str``: it gives ``str`` only for ``wchar_t`` data, which no el_* function returns.)"""
+    return cast(bytes, ffi.string(ptr))
+
+
 def read_json(ptr: Any) -> Any:
     """The JSON value in a C string from the library (a result or a delta), by orjson where it can:
     the result of every call is parsed here. Text that is not valid UTF-8 (a model can split a
     character) or that orjson refuses goes to the standard parser, with the bad bytes replaced.
     (orjson would read an integer past 64 bits as a float; the library writes none.)"""
-    raw = ffi.string(ptr)
+    raw = c_bytes(ptr)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -131,7 +137,7 @@ def encode_messages(messages: list[Any]) -> bytes:
 
 
 def version() -> str:
-    return ffi.string(lib().el_version()).decode()
+    return c_bytes(lib().el_version()).decode()
 
 
 def build_info() -> dict[str, Any]:
@@ -144,6 +150,7 @@ def build_info() -> dict[str, Any]:
 __all__ = [
     "ShimError",
     "build_info",
+    "c_bytes",
     "candidates",
     "encode",
     "encode_messages",

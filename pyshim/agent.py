@@ -18,7 +18,7 @@ from typing import Any
 
 from . import planner
 from .errors import AgentError, ContextFull, InvalidRequest, InvalidTool, ShimError
-from .model import Model, Result
+from .model import Delta, Model, Result
 from .repeats import call_key, calls_in_text, nudge_text
 from .tools import Tool, ToolArgumentError, as_tools, tool_output
 
@@ -39,10 +39,11 @@ def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, 
     """The turn's message and calls, counting the calls the library found invalid for their
     tool's schema (``invalid_tool_calls``) as calls, so each gets its error back as its result."""
     calls = list(result.get("tool_calls") or [])
-    invalid = {c["id"]: c["error"] for c in result.get("invalid_tool_calls") or []}
+    invalid_calls = result.get("invalid_tool_calls") or []
+    invalid = {c["id"]: c["error"] for c in invalid_calls}
     if not invalid:
         return result["message"], calls, invalid
-    calls += [{k: v for k, v in c.items() if k != "error"} for c in result["invalid_tool_calls"]]
+    calls += [{k: v for k, v in c.items() if k != "error"} for c in invalid_calls]
     return {"role": "assistant", "content": None, "tool_calls": calls}, calls, invalid
 
 
@@ -144,8 +145,8 @@ class _Run:
         self.step_turns = 0
         if not self.steps or self.tool_turns >= max_steps:
             self.phase = "answer"
-        else:
-            self.messages.append(planner.step_message(self.steps[0]))  # type: ignore[arg-type]
+        elif (step := self.steps[0]) is not None:  # None only in a one-step plan, which has no next step
+            self.messages.append(planner.step_message(step))
 
     def turn_tools(self, schemas: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if self.offer is None or schemas is None:
@@ -287,7 +288,7 @@ class Agent:
         for name, handler in (handlers or {}).items():
             if name not in self.tools:
                 raise InvalidTool(f"handlers names {name!r}, which is not one of the tools: {', '.join(self.tools)}")
-            self.runners[name] = lambda args, handler=handler: handler(**args)
+            self.runners[name] = _keywords_to(handler)
         if missing := [name for name in self.tools if name not in self.runners]:
             raise InvalidTool(
                 f"the tool {missing[0]!r} is a schema without a function to run: pass handlers={{{missing[0]!r}: fn}}, "
@@ -304,13 +305,13 @@ class Agent:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _on_delta(self) -> Callable[[dict[str, Any]], None] | None:
+    def _on_delta(self) -> Callable[[Delta], None] | None:
         if self.on_event is None:
             return None
 
-        def on_delta(delta: dict[str, Any]) -> None:
-            if delta.get("content"):
-                self._emit({"type": "text", "delta": delta["content"]})
+        def on_delta(delta: Delta) -> None:
+            if content := delta.get("content"):
+                self._emit({"type": "text", "delta": content})
 
         return on_delta
 
@@ -458,6 +459,11 @@ class Agent:
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object"
         return lambda: run(args)
+
+
+def _keywords_to(handler: Callable[..., Any]) -> Runner:
+    """A runner calling ``handler`` with a call's arguments as keywords."""
+    return lambda args: handler(**args)
 
 
 def tool_error(name: str, e: Exception) -> str:

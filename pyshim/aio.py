@@ -20,12 +20,12 @@ import threading
 import uuid
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._lib import lib
 from .errors import ShimError
-from .model import Delta, EmbedInput, Message, Model, Result
+from .model import Delta, Embeddings, EmbedInput, Message, Model, Result, ToolSpec
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentResult
@@ -160,7 +160,7 @@ def gate(model: Model) -> Gate:
 async def agenerate(
     model: Model,
     messages: Sequence[Message],
-    tools: Sequence[Mapping[str, Any]] | None = None,
+    tools: Sequence[ToolSpec] | None = None,
     *,
     on_delta: Callable[[Delta], object] | None = None,
     **options: Any,
@@ -186,7 +186,11 @@ async def agenerate(
     def work() -> Result:
         try:
             if call.cancelled.is_set():  # cancelled as its turn came: never start it
-                return {"content": None, "finish_reason": "cancelled"}
+                return {
+                    "message": {"role": "assistant", "content": None},
+                    "content": None,
+                    "finish_reason": "cancelled",
+                }
             # Without a delta consumer, no per-token callback: el_cancel_request on the call's id
             # (which the library remembers if it comes before the call began) stops it.
             return model.generate(
@@ -205,7 +209,7 @@ async def agenerate(
         raise
 
 
-async def aembed(model: Model, input: EmbedInput, **options: Any) -> Result:
+async def aembed(model: Model, input: EmbedInput, **options: Any) -> Embeddings:
     """``Model.embeddings`` as a coroutine, on the model's embedding thread; at most the gate's
     ``max_waiting`` calls wait behind the one running (``Overloaded`` beyond). Cancelling the
     awaiting task does not stop an embed call already running: it finishes (within its
@@ -234,7 +238,7 @@ class AsyncStream:
         self.result: Result | None = None
         self._args = (model, messages, tools, options)
         self._task: asyncio.Task[Result] | None = None
-        self._iter: AsyncIterator[Delta] | None = None
+        self._iter: AsyncGenerator[Delta, None] | None = None
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         if self._iter is None:
@@ -244,7 +248,7 @@ class AsyncStream:
     async def __anext__(self) -> Delta:
         return await self.__aiter__().__anext__()
 
-    async def _deltas(self) -> AsyncIterator[Delta]:
+    async def _deltas(self) -> AsyncGenerator[Delta, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         model, messages, tools, options = self._args
@@ -285,7 +289,7 @@ class AsyncStream:
         """Stop the generation if it still runs, and wait until its worker has returned."""
         it, self._iter = self._iter, None
         if it is not None:
-            await it.aclose()  # type: ignore[attr-defined]
+            await it.aclose()
         await self._stop()
 
     async def __aenter__(self) -> AsyncStream:
@@ -296,7 +300,7 @@ class AsyncStream:
 
 
 def astream(
-    model: Model, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+    model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
 ) -> AsyncStream:
     """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
     return AsyncStream(model, messages, tools, options)
@@ -309,12 +313,12 @@ async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> Agent
 
     state = agent.begin(prompt)
     loop = asyncio.get_running_loop()
-    on_delta = None
-    if agent.on_event is not None:
 
-        def on_delta(delta: Delta) -> None:  # worker thread: hand the event to the loop
-            if delta.get("content"):
-                loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": delta["content"]})
+    def emit_text(delta: Delta) -> None:  # worker thread: hand the event to the loop
+        if content := delta.get("content"):
+            loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": content})
+
+    on_delta = emit_text if agent.on_event is not None else None
 
     while True:
         turn = agent.next_turn(state)

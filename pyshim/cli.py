@@ -6,13 +6,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from . import models
 from .agent import Agent, Event
 from .demo_tools import DEMO_TOOLS
 from .errors import ContextFull, ShimError
-from .model import Model
+from .model import Delta, Model
 
 DEMO_SYSTEM = (
     "Answer the user's questions. To get facts, call tools. Once you have the tool results, "
@@ -21,7 +22,7 @@ DEMO_SYSTEM = (
 DEMO_TASK = "Use the tools to compute 12.5 times 3, and to convert 37.5 km to miles, then tell me both results."
 
 
-def _reuse_line(r: dict[str, Any]) -> str:
+def _reuse_line(r: Mapping[str, Any]) -> str:
     return (
         f"prompt {r['n_prompt']} tok, reused {r['n_reused']}, prefill {r['ms_prefill']:.0f} ms, "
         f"decoded {r['n_decoded']} in {r['ms_decode']:.0f} ms"
@@ -66,7 +67,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     continue
             messages.append({"role": "user", "content": text})
 
-            def show(delta: dict[str, Any]) -> None:
+            def show(delta: Delta) -> None:
                 if "prompt_progress" in delta:
                     p = delta["prompt_progress"]
                     end = "\n" if p["processed"] == p["total"] else ""

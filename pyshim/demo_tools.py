@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["DEMO_TOOLS", "calculator", "convert_units", "read_file"]
 
-_OPS = {
+_OPS: dict[type[ast.AST], Callable[..., Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -99,4 +100,4 @@ def read_file(path: str, max_chars: int = 2000) -> str:
     return target.read_text(errors="replace")[: max(0, max_chars)]
 
 
-DEMO_TOOLS = [calculator, convert_units, read_file]
+DEMO_TOOLS: list[Callable[..., str]] = [calculator, convert_units, read_file]

@@ -56,8 +56,9 @@ def tool_schemas(tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool] 
     if not tools:
         return None
     items = list(tools)
-    if all(isinstance(t, Mapping) for t in items):
-        return [dict(t) for t in items]  # type: ignore[arg-type]  # the library checks them
+    dicts = [t for t in items if isinstance(t, Mapping)]
+    if len(dicts) == len(items):
+        return [dict(t) for t in dicts]  # the library checks them
     return [t.schema for t in as_tools(items).values()]
 
 

@@ -9,14 +9,14 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Self, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, Self, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _sigint, habits, models
-from ._call import DONE, Call, run_in_worker
-from ._lib import encode, encode_messages, ffi, lib, read_json, take_json
+from ._call import DONE, Call, run_in_worker, take_result
+from ._lib import c_bytes, encode, encode_messages, ffi, lib, read_json, take_json
 from .errors import ClosedModel, ModelLoadError
 
 if TYPE_CHECKING:
@@ -37,9 +37,11 @@ class Delta(TypedDict, total=False):
 
 
 class Result(TypedDict, total=False):
-    """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time."""
+    """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time.
+    ``message`` is in every result, the library's and the one ``pyshim.aio`` makes for a call
+    cancelled before it began (which has only ``content`` and ``finish_reason`` besides)."""
 
-    message: dict[str, Any]
+    message: Required[dict[str, Any]]
     content: str | None
     reasoning_content: str | None
     tool_calls: list[dict[str, Any]]
@@ -60,10 +62,34 @@ class Result(TypedDict, total=False):
     abi_version: str
 
 
+class Embedding(TypedDict):
+    """One input's vector in el_embed's result."""
+
+    index: int
+    embedding: list[float]
+    n_tokens: int
+    truncated: NotRequired[bool]
+
+
+class Embeddings(TypedDict):
+    """el_embed's result (``native/el_shim.h``); a plain dict at run time."""
+
+    data: list[Embedding]
+    n_embd: int
+    pooling: Literal["mean", "cls", "last"]
+    normalized: bool
+    n_tokens: int
+    ms_total: float
+    abi_version: str
+
+
 # What el_embed takes: a text, texts, a token-id list, or token-id lists.
 EmbedInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
+# A tool as generate takes it: an OpenAI tool dict, or a Python function (its schema from its
+# type hints and docstring).
+ToolSpec = Callable[..., Any] | Mapping[str, Any]
 
-__all__ = ["Delta", "EmbedInput", "Model", "Result", "Stream", "default_model", "generate"]
+__all__ = ["Delta", "EmbedInput", "Embedding", "Embeddings", "Model", "Result", "Stream", "default_model", "generate"]
 
 
 class _Closes:
@@ -120,7 +146,7 @@ class Model(_Closes):
         self.config = {"model": str(self.path), **config}
         handle = lib().el_open(encode(self.config))
         if handle == ffi.NULL:
-            raise ModelLoadError(json.loads(ffi.string(lib().el_last_error()).decode())["error"])
+            raise ModelLoadError(json.loads(c_bytes(lib().el_last_error()).decode())["error"])
         self._handle: Any = handle
         self._calls: weakref.WeakSet[Call] = weakref.WeakSet()  # streams in flight, stopped by close()
 
@@ -145,7 +171,7 @@ class Model(_Closes):
     def generate(
         self,
         messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[ToolSpec] | None = None,
         *,
         on_delta: Callable[[Delta], object] | None = None,
         **options: Any,
@@ -184,7 +210,7 @@ class Model(_Closes):
     def stream(
         self,
         messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[ToolSpec] | None = None,
         **options: Any,
     ) -> Stream:
         """Iterate over deltas as they are decoded; the final result is ``.result`` afterwards.
@@ -199,7 +225,7 @@ class Model(_Closes):
     def chat_completion(
         self,
         messages: Sequence[Message],
-        tools: Sequence[Callable[..., Any] | Mapping[str, Any]] | None = None,
+        tools: Sequence[ToolSpec] | None = None,
         **options: Any,
     ) -> Any:
         """``generate`` answered in OpenAI's ``chat.completion`` shape, as the door answers it:
@@ -233,10 +259,10 @@ class Model(_Closes):
         single = isinstance(input, str) or (bool(input) and isinstance(input[0], int))
         return rows[0] if single else rows
 
-    def embeddings(self, input: EmbedInput, **options: Any) -> Result:
+    def embeddings(self, input: EmbedInput, **options: Any) -> Embeddings:
         """el_embed's whole result: ``data`` (``index``, ``embedding``, ``n_tokens``), ``n_embd``,
         ``pooling``, ``n_tokens``, ``ms_total``. Options: ``normalize``, ``truncate``, ``timeout_ms``."""
-        return take_json(lib().el_embed(self.handle, encode(input), encode(options)))
+        return cast(Embeddings, take_json(lib().el_embed(self.handle, encode(input), encode(options))))
 
     def cancel(self) -> None:
         """Stop every call in progress on this model (from another thread)."""
@@ -261,7 +287,7 @@ class Model(_Closes):
     # -- asyncio (pyshim.aio) ------------------------------------------------
 
     async def agenerate(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
     ) -> Result:
         """``generate`` as a coroutine; cancelling the awaiting task cancels the generation."""
         from .aio import agenerate
@@ -269,7 +295,7 @@ class Model(_Closes):
         return await agenerate(self, messages, tools, **options)
 
     def astream(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
     ) -> AsyncStream:
         """``async for delta in model.astream(...)``; the final result is ``.result`` afterwards."""
         from .aio import astream
@@ -313,7 +339,7 @@ def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | 
     that lands in the callback before its ``try`` (cffi hands it to ``onerror``, which would
     otherwise print it and go on)."""
     if on_delta is None:
-        return take_json(lib().el_generate(*args))
+        return take_result(lib().el_generate(*args))
     failure: list[BaseException] = []
 
     def trampoline(delta_json: Any, _user: Any) -> int:
@@ -329,8 +355,9 @@ def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | 
             failure.append(error)
         return 1
 
-    callback = ffi.callback("el_stream_cb", trampoline, onerror=onerror)
-    result = take_json(lib().el_generate_stream(*args, callback, ffi.NULL))
+    # types-cffi types onerror as returning None; cffi returns what it returns from the callback.
+    callback = ffi.callback("el_stream_cb", trampoline, onerror=onerror)  # type: ignore[arg-type]
+    result = take_result(lib().el_generate_stream(*args, callback, ffi.NULL))
     if failure:
         raise failure[0]
     return result
@@ -349,6 +376,6 @@ def default_model() -> Model:
         return _default
 
 
-def generate(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> Result:
+def generate(messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any) -> Result:
     """``Model.generate`` on the process-wide default model, opened on first use."""
     return default_model().generate(messages, tools, **options)

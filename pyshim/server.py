@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -222,7 +222,7 @@ class _EventStream(StreamingResponse):
     """Server-sent events whose body iterator is always closed, also when the client left
     mid-stream (Starlette cancels the send and leaves the iterator to the garbage collector)."""
 
-    def __init__(self, events: AsyncIterator[str]) -> None:
+    def __init__(self, events: AsyncGenerator[str, None]) -> None:
         super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self._events = events
 
@@ -230,7 +230,7 @@ class _EventStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._events.aclose()  # type: ignore[attr-defined]
+            await self._events.aclose()
 
 
 def _model_ms(result: Any) -> float:
@@ -253,7 +253,7 @@ async def _events(
     deltas: AsyncIterator[Any],
     first: Any,
     usage: bool,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``."""
     try:
         # The role chunk goes out in one write with the first delta: one send and one wake-up
@@ -446,7 +446,7 @@ async def _relay(
     stream: aio.AsyncStream,
     deltas: AsyncIterator[Any],
     delta: Any,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The SSE body of a streamed call in another API's events: its opening events in one write
     with the first delta's, one write per delta after, ``finish(result)``'s closing events; an
     error after the 200 went out travels as the API's error event."""

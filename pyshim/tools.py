@@ -305,8 +305,9 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
             continue
         m = _PARAM_LINE.match(line)
         if (section == "args" or stripped.startswith(":param")) and m:
-            last = m.group(1)
-            params[last] = m.group(2).strip()
+            name: str = m.group(1)
+            params[name] = m.group(2).strip()
+            last = name
         elif section == "args" and last and stripped and line.startswith((" ", "\t")):
             params[last] += " " + stripped
         elif section == "summary" and (stripped or summary):
@@ -374,8 +375,8 @@ def jsonable(value: Any) -> Any:
         return jsonable(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if callable(getattr(value, "model_dump", None)):
-        return jsonable(value.model_dump(mode="json"))
+    if callable(model_dump := getattr(value, "model_dump", None)):
+        return jsonable(model_dump(mode="json"))
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
@@ -394,8 +395,8 @@ def jsonable(value: Any) -> Any:
 
 
 def _jsonable_container(value: Any) -> Any:
-    if isinstance(value, tuple) and callable(getattr(value, "_asdict", None)):  # a named tuple
-        return jsonable(value._asdict())
+    if isinstance(value, tuple) and callable(asdict := getattr(value, "_asdict", None)):  # a named tuple
+        return jsonable(asdict())
     if isinstance(value, Mapping):
         return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, (set, frozenset)):
@@ -404,8 +405,8 @@ def _jsonable_container(value: Any) -> Any:
             return sorted(items)
         except TypeError:
             return items
-    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
-        return jsonable(value.tolist())
+    if type(value).__module__ == "numpy" and callable(tolist := getattr(value, "tolist", None)):
+        return jsonable(tolist())
     if isinstance(value, Iterable):
         return [jsonable(v) for v in value]
     return str(value)
