@@ -181,7 +181,7 @@ bench-overhead: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k \
 	  --systems pyshim llama-server llama-cpp-python --out docs/bench-overhead.md
 
-bench: bench-peers bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix
+bench: bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix bench-reuse
 	$(MAKE) bench-status
 
 # Each report in docs/ with its commit and how many library commits it is behind HEAD; fails when

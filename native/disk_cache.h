@@ -65,6 +65,7 @@ class DiskCache {
     };
     std::string group(const Owner & owner) const;  // the file-name prefix of what an owner may read
     std::optional<Header> read_header(const std::string & path) const;
+    std::optional<Header> parse_header(const std::string & path, const std::vector<uint8_t> & buf) const;
     // The state and, where `checkpoint` names one, that checkpoint; false unless both check out.
     bool read_body(const Header & h, std::optional<size_t> checkpoint, PromptCache::Saved & out) const;
     void keep_bound() const;

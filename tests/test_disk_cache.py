@@ -18,7 +18,6 @@ import random
 import struct
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,8 +74,29 @@ def test_a_restored_prefix_computes_what_a_fresh_evaluation_does(case, tmp_path:
     assert largest_difference(want, got) == 0, f"{name}: a restored prefix differs from a fresh evaluation"
 
 
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = 0x82F63B78 ^ (c >> 1) if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the tier's check; a header is a few KB, so byte by byte will do."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
 def rewrite(entry: Path, edit) -> None:
-    """Apply ``edit`` to the file's token list and make the header's CRC match again (format 3,
+    """Apply ``edit`` to the file's token list and make the header's CRC match again (format 4,
     native/disk_cache.cpp: the header ends with the places of the checkpoints, a (length, CRC)
     pair for the state and for each checkpoint, and its own CRC; the sections follow)."""
     raw = entry.read_bytes()
@@ -93,7 +113,7 @@ def rewrite(entry: Path, edit) -> None:
     end = rest + 4 + 8 * m + 12 * (m + 1)
     new = edit(tokens)
     head = raw[:at] + struct.pack("<Q", len(new)) + struct.pack(f"<{len(new)}i", *new) + raw[rest:end]
-    entry.write_bytes(head + struct.pack("<I", zlib.crc32(head[8:])) + raw[end + 4 :])
+    entry.write_bytes(head + struct.pack("<I", crc32c(head[8:])) + raw[end + 4 :])
 
 
 def sections(entry: Path) -> tuple[list[int], list[tuple[int, int]]]:
