@@ -175,11 +175,11 @@ bench-peers: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 # An agent's next turn at ~1k, ~4k and ~16k tokens, by the wall, pyshim beside llama-server and
-# llama-cpp-python, with the engine floor for the same tokens at that depth (llama-bench, same run):
+# llama-cpp-python (and pyshim with flash attention off, llama-cpp-python's setting), with the engine floor for the same tokens at that depth (llama-bench, same run):
 # the peers run's next-turn workloads alone (docs/bench-overhead.md).
 bench-overhead: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k \
-	  --systems pyshim llama-server llama-cpp-python --out docs/bench-overhead.md
+	  --systems pyshim llama-server llama-cpp-python pyshim-fa-off --out docs/bench-overhead.md
 
 bench: bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix bench-reuse
 	$(MAKE) bench-status

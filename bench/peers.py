@@ -306,17 +306,19 @@ def ceiling(model: Path, reps: int) -> dict[str, float]:
 # -- the model-time floor: what the engine alone would need -----------------------------
 
 
-def depth_floor(model: Path, n_new: int, depth: int, reps: int) -> dict[str, Any]:
+def depth_floor(model: Path, n_new: int, depth: int, reps: int, flash_attn: str = "auto") -> dict[str, Any]:
     """The engine alone on a next turn's work: ``llama-bench`` evaluating ``n_new`` tokens on
     top of ``depth`` cached ones (its depth is evaluated once and restored for each repetition),
-    same tree, threads and attention setting as the systems. One sample per repetition; a
-    system's wall per call minus this is what it adds, whatever its own timers say."""
-    rows = llama_bench(model, reps, "-p", str(n_new), "-n", "0", "-d", str(depth))
+    same tree and threads, with the attention setting of the system it is held against. One
+    sample per repetition; a system's wall per call minus this is what it adds, whatever its own
+    timers say."""
+    rows = llama_bench(model, reps, "-p", str(n_new), "-n", "0", "-d", str(depth), "-fa", flash_attn)
     pp = next(r for r in rows if r["n_prompt"] == n_new)
     samples = sorted(1000 * n_new / ts for ts in pp["samples_ts"])
     return {
         "n_new": n_new,
         "depth": depth,
+        "flash_attn": flash_attn,
         "ms": statistics.median(samples),
         "range_ms": [samples[0], samples[-1]],
         "p10_p90_ms": p10_p90(samples),
@@ -326,15 +328,24 @@ def depth_floor(model: Path, n_new: int, depth: int, reps: int) -> dict[str, Any
 def next_turn_floors(model: Path, results: list[dict[str, Any]], reps: int) -> dict[str, Any]:
     """The floor of each next-turn workload this model ran, for the tokens it evaluated per call
     (as pyshim, else llama-server, counted them: the same template and tokenizer) at the depth
-    they were evaluated on."""
-    floors = {}
+    they were evaluated on, for each attention setting a system ran with (llama.cpp's flash
+    attention kernel and its plain one differ most at depth)."""
+    floors: dict[str, Any] = {}
     for size in OVERHEAD_TURNS:
-        ran = [r for r in results if r["workload"] == f"overhead-{size}" and r.get("n_evaluated")]
-        ran.sort(key=lambda r: r["system"] != "pyshim")
-        if ran:
-            n_new = round(ran[0]["n_evaluated"])
-            floors[size] = depth_floor(model, n_new, int(ran[0]["n_prompt"]) - n_new, max(reps, 3) * 5)
+        ran = [r for r in results if r["workload"] == f"overhead-{size}"]
+        counted = sorted((r for r in ran if r.get("n_evaluated")), key=lambda r: r["system"] != "pyshim")
+        if counted:
+            n_new = round(counted[0]["n_evaluated"])
+            depth = int(counted[0]["n_prompt"]) - n_new
+            settings = sorted({attention(r) for r in ran})
+            floors[size] = {fa: depth_floor(model, n_new, depth, max(reps, 3) * 5, fa) for fa in settings}
     return floors
+
+
+def attention(result: dict[str, Any]) -> str:
+    """The flash-attention setting a system ran with, as llama-bench's -fa takes it."""
+    fa = str(result.get("info", {}).get("flash_attn", "auto"))
+    return fa if fa in ("on", "off", "auto") else "auto"
 
 
 def floor_s(rows: list[dict[str, Any]], ceil: dict[str, float], key: str | None = None) -> float:
@@ -503,22 +514,36 @@ def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
         "| / pyshim's | engine floor (llama-bench) | above the floor, median (p10–p90) |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
+    other = False
     for m, size, s, r in rows:
-        floor = data.get("floors", {}).get(m, {}).get(size)
+        floor = data.get("floors", {}).get(m, {}).get(size, {}).get(attention(r))
         mine = find(m, "pyshim", f"overhead-{size}")
         ratio = f"{r['wall_ms'] / mine['wall_ms']:.3f}" if mine else ""
         n_eval = "n/a" if r.get("n_evaluated") is None else f"{r['n_evaluated']:.0f}"
         walls = r.get("wall_range_ms", [r["wall_ms"]] * 2)
+        # a system whose chat format renders another conversation does other work: marked
+        mark = " †" if mine and abs(r["n_prompt"] - mine["n_prompt"]) > 0.1 * mine["n_prompt"] else ""
+        other = other or bool(mark)
         if floor:
             above = [x - floor["ms"] for x in p10_p90([x["wall_ms"] for x in r["rows"]])]
-            f_cell = f"{floor['ms']:.1f} ms ({floor['n_new']} tokens at depth {floor['depth']})"
-            a_cell = f"**{r['wall_ms'] - floor['ms']:.1f} ms** ({ms_span(above)})"
+            f_cell = (
+                f"{floor['ms']:.1f} ms ({floor['n_new']} tokens at depth {floor['depth']}, fa {floor['flash_attn']})"
+            )
+            a_cell = f"**{r['wall_ms'] - floor['ms']:.1f} ms** ({ms_span(above)}){mark}"
         else:
-            f_cell = a_cell = "not measured"
+            f_cell, a_cell = "not measured", "not measured" + mark
         out.append(
             f"| {m} | ~{size} | {s} | {r['n_prompt']} | {n_eval} | {r['wall_ms']:.1f} ms ({ms_span(walls)}) "
             f"| {ratio} | {f_cell} | {a_cell} |"
         )
+    if other:
+        out += [
+            "",
+            "† Not the same work: this system's chat format rendered another conversation (more than 10 % "
+            "fewer or more prompt tokens than pyshim's, e.g. a fallback format that drops the tools and the "
+            "tool calls), so its wall and its distance from a floor computed for pyshim's tokens say nothing "
+            "about the others.",
+        ]
     out += [
         "",
         "Each timed call sends the cached conversation with a new last question, as an agent's next turn "
@@ -527,7 +552,9 @@ def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
         "Python call; llama-server: the HTTP request from a client on loopback; llama-cpp-python: the "
         "Python call). The engine floor is llama.cpp's own `llama-bench` evaluating the same number of "
         "tokens on top of a cache of the same depth (the tokens pyshim evaluated per call; the depth is "
-        "the rest of its prompt), same tree, threads and attention setting, 15 repetitions, median: "
+        "the rest of its prompt), same tree and threads, with the row's flash-attention setting (fa; "
+        "llama-cpp-python turns it off, the others leave llama.cpp's auto, on for this CPU), 15 "
+        "repetitions, median: "
         "what no system built on this engine can go below. Above the floor is the wall minus that "
         "median: everything a system adds (its template, tokenizing, cache bookkeeping, sampling, JSON, "
         "HTTP or binding, and any engine work it does differently). No system's own timers enter these "

@@ -65,7 +65,7 @@ def test_peer_benchmark_harness_smoke() -> None:
             "reps": 1,
             "ceiling": {"smol": ceil},
             "results": list(results.values()),
-            "floors": {"smol": {"4k": {"n_new": 20, "depth": 100, "ms": 0.5, "range_ms": [0.4, 0.6]}}},
+            "floors": {"smol": {"4k": {"auto": {"n_new": 20, "depth": 100, "flash_attn": "auto", "ms": 0.5}}}},
         }
     )
     assert "| smol | pyshim |" in text and "model-time floor" in text and "next turn, by the wall" in text
