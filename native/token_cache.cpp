@@ -43,19 +43,71 @@ std::string strip_space(const std::string & s) {
     return out;
 }
 
-// Whether every byte is spelled by some token, as min_tokens' bound needs: a tokenizer that
-// drops the bytes it has no token for (a BPE vocabulary that is not byte-level) would make it
-// refuse prompts that fit. Every byte value, tokenized and spelled back, must come back.
-bool spells_every_byte(const llama_vocab * vocab) {
-    std::string probe = "a b\n";
-    for (int c = 1; c < 256; c++) {
-        probe += (char) c;
+// Appends code point cp to s as UTF-8.
+void append_utf8(std::string & s, uint32_t cp) {
+    if (cp < 0x80) {
+        s += (char) cp;
+    } else if (cp < 0x800) {
+        s += (char) (0xC0 | (cp >> 6));
+        s += (char) (0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        s += (char) (0xE0 | (cp >> 12));
+        s += (char) (0x80 | ((cp >> 6) & 0x3F));
+        s += (char) (0x80 | (cp & 0x3F));
+    } else {
+        s += (char) (0xF0 | (cp >> 18));
+        s += (char) (0x80 | ((cp >> 12) & 0x3F));
+        s += (char) (0x80 | ((cp >> 6) & 0x3F));
+        s += (char) (0x80 | (cp & 0x3F));
     }
+}
+
+// Whether text, tokenized and spelled back, comes back (whitespace aside: a tokenizer may
+// add or merge it, and min_tokens does not count it).
+bool spelled_back(const llama_vocab * vocab, const std::string & text) {
     std::string back;
-    for (llama_token t : common_tokenize(vocab, probe, false, false)) {
+    for (llama_token t : common_tokenize(vocab, text, false, false)) {
         back += common_token_to_piece(vocab, t, false);
     }
-    return strip_space(back) == strip_space(probe);
+    return strip_space(back) == strip_space(text);
+}
+
+// Which bytes of a text some token is sure to spell, as min_tokens' bound needs: a byte a
+// tokenizer drops (no token for it) must not be counted, or the bound refuses prompts that
+// fit. Probed with valid UTF-8 only, since a prompt is (JSON strings are): each ASCII byte
+// alone, then all of them at once; code points of every encoded length, spread over their
+// ranges, decide the bytes 0x80-0xFF together. smollm2's gpt2-style vocabulary drops the
+// control bytes 0x04 and 0x06, and raw bytes 0x80-0xFF alone are not text (a byte-level BPE
+// spells them as U+FFFD): probing all 255 bytes in one string as whole-or-nothing disabled the
+// bound on smollm2 and qwen2.5, so a refused 3 MB request tokenized for 0.7 s.
+std::array<bool, 256> spelled_bytes(const llama_vocab * vocab) {
+    std::array<bool, 256> spelled{};
+    std::string           ascii;
+    for (int c = 1; c < 0x80; c++) {
+        spelled[c] = !is_space((char) c) && spelled_back(vocab, std::string(1, (char) c));
+        if (spelled[c]) {
+            ascii += (char) c;
+        }
+    }
+    if (!spelled_back(vocab, ascii)) {
+        return {};
+    }
+    std::string wide;
+    for (uint32_t c = 0x80; c < 0x800; c += 13) {
+        append_utf8(wide, c);
+    }
+    for (uint32_t c = 0x800; c < 0x10000; c += 397) {
+        if (c < 0xD800 || c > 0xDFFF) {  // surrogates are not code points of text
+            append_utf8(wide, c);
+        }
+    }
+    for (uint32_t c = 0x10000; c < 0x110000; c += 0x3FFF) {
+        append_utf8(wide, c);
+    }
+    if (spelled_back(vocab, wide)) {
+        std::fill(spelled.begin() + 0x80, spelled.end(), true);
+    }
+    return spelled;
 }
 
 }  // namespace
@@ -83,8 +135,8 @@ TokenCache::TokenCache(const llama_vocab * vocab) : vocab_(vocab) {
             max_piece_len_    = std::max(max_piece_len_, (size_t) std::abs(len));
         }
     }
-    if (bounded && !spells_every_byte(vocab)) {
-        max_piece_len_ = 0;
+    if (bounded) {
+        spelled_ = spelled_bytes(vocab);
     }
     // An EOS appended by the tokenizer would sit in the middle of a reused prefix.
     enabled_ = !llama_vocab_get_add_eos(vocab);
@@ -94,7 +146,8 @@ size_t TokenCache::min_tokens(const std::string & text) const {
     if (max_piece_len_ == 0) {
         return 0;
     }
-    const size_t spelled = (size_t) std::count_if(text.begin(), text.end(), [](char c) { return !is_space(c); });
+    const size_t spelled =
+        (size_t) std::count_if(text.begin(), text.end(), [this](char c) { return spelled_[(unsigned char) c]; });
     return (spelled + max_piece_len_ - 1) / max_piece_len_;
 }
 

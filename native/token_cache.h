@@ -19,6 +19,7 @@
 
 #include "llama.h"
 
+#include <array>
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -63,7 +64,8 @@ class TokenCache {
     void forget(const char * session);
 
     // A number of tokens that tokenizing `text` cannot go below, found without tokenizing:
-    // every byte that is not whitespace is spelled by a token, and no token spells more than
+    // every byte the vocabulary was seen to spell (at construction: each ASCII byte, and the
+    // bytes of multi-byte UTF-8 together) is spelled by a token, and no token spells more than
     // the longest piece in the vocabulary (whitespace is left out: a special token may strip
     // it). 0 for vocabularies whose tokenizer may rewrite the text first (WPM, UGM, RWKV).
     size_t min_tokens(const std::string & text) const;
@@ -86,6 +88,7 @@ class TokenCache {
     const llama_vocab * vocab_;
     size_t              max_special_len_ = 0;  // bytes of the longest special token
     size_t              max_piece_len_   = 0;  // bytes of the longest piece (0: no bound known)
+    std::array<bool, 256> spelled_{};            // bytes a token is sure to spell (min_tokens counts these)
     bool                enabled_         = true;
     std::deque<Entry>   recent_;              // most recently used first
     std::deque<Entry>   pending_;             // since the last commit, newest first

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import WEATHER_TOOL, user
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, user
 
 import pyshim
 from pyshim._lib import ffi, lib, take_json
@@ -81,6 +81,26 @@ def test_prompt_longer_than_the_context(qwen_path: Path) -> None:
         with pytest.raises(pyshim.InvalidRequest, match="context holds"):
             m.generate(user("word " * 400))
         _still_works(m)
+
+
+@pytest.mark.parametrize("name", [SMOL, QWEN, GEMMA])
+def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing(name: str) -> None:
+    """3 MB of text against a 2,048-token context is refused from its length alone ("at least"),
+    on every registry model's vocabulary: tokenizing it takes a core for 0.7 s, which slowed a
+    stream beside it 20-fold on 2 cores. Fails when a vocabulary's bound is off (smollm2's and
+    qwen2.5's were: the refusal then names the exact count instead)."""
+    with pyshim.Model(name, n_ctx=2048) as m:
+        with pytest.raises(pyshim.InvalidRequest, match=r"prompt is at least [0-9]+ tokens; the context holds 2048"):
+            m.generate(user("lorem ipsum " * 250_000))
+        _still_works(m)
+
+
+def test_bytes_the_tokenizer_drops_do_not_count_towards_the_bound(smol) -> None:
+    """smollm2's vocabulary has no token for the control byte 0x04: 200,000 of them tokenize to
+    nothing, so the prompt fits in 2,048 tokens and must run. Fails when the early refusal counts
+    every byte (it then refuses a prompt of a few dozen tokens as "at least 2,470")."""
+    r = smol.generate(user("hi " + "\x04" * 200_000), max_tokens=1)
+    assert r["n_prompt"] < 100, r["n_prompt"]
 
 
 def test_python_errors_are_shim_errors(smol) -> None:
