@@ -33,6 +33,9 @@ _TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "tool_call_recovery")
 # Stuck turns asked for the answer in a run: the first offers the tools that have not run yet,
 # the last offers none.
 MAX_NUDGES = 2
+# Turns one planned step may take: its first, and one after each round of calls, so a step can
+# chain calls (a lookup, then a lookup of what it found) without running on.
+MAX_STEP_TURNS = 3
 
 
 def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
@@ -99,54 +102,107 @@ class _Run:
     question: str = ""  # the last user message the run began with
     results: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (call, output), in order
     tool_turns: int = 0  # model turns that could call tools, counted against max_steps
-    # Plan mode: "plan" (ask for the steps), "act" (one step per turn), "answer" (from the facts).
+    # Plan mode: "plan" (ask for the steps), "act" (the steps in turn), "replan" (what is still
+    # needed, once the steps ran out), "answer" (from the findings).
     phase: str = "loop"
     steps: list[str | None] = field(default_factory=list)  # None: the whole question, tools optional
     step_turns: int = 0  # turns spent on the current step
+    step_found: int = 0  # how many results there were when the current step began
+    in_text: bool = False  # the current step's next turn has tools off
+    replanned: bool = False  # the plan was checked against what was found
+    plan_steps: list[str] = field(default_factory=list)  # the plan as the model wrote it
+    notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
+    system: str | None = None  # the caller's system message, for the planning and answer turns
+    history: list[dict[str, Any]] = field(default_factory=list)  # the conversation before the question
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
         if self.offer is not None:  # the turn after a nudge: only tools that have not run
             options["tool_choice"] = "auto" if self.offer else "none"
-        elif self.phase == "act" and self.steps[0] is not None:
-            options["tool_choice"] = "required"  # a planned step is a call; the answer comes later
+        elif self.phase == "act" and self.in_text:
+            options["tool_choice"] = "none"  # its call took nothing from the run: do the step in text
+        elif self.phase == "act" and (self.steps[0] is not None or self.step_turns):
+            # A planned step is a call, and so is the turn after a round of calls: a small model
+            # asked whether to call writes text, from memory. A call with no value from the run
+            # is not run (the step is then done in text), and a repeat ends the step.
+            options["tool_choice"] = "required"
         return options
 
     def begin_steps(self, steps: list[str]) -> None:
-        """Act on the plan: one step per turn, or, for a one-step plan, the question as asked."""
+        """Act on the plan: its steps in turn, or, for a one-step plan, the question as asked."""
         self.phase = "act"
         self.steps = list(steps) if len(steps) > 1 else [None]
-        if self.steps[0] is not None:
-            self.messages.append(planner.step_message(self.steps[0]))
+        self.plan_steps = list(steps)
+        self._open_step()
+
+    def _open_step(self) -> None:
+        self.step_turns = 0
+        self.step_found = len(self.results)
+        if (step := self.steps[0]) is not None:
+            self.messages.append(planner.step_message(step))
 
     def act(self, result: Result) -> str:
-        """Record a turn of the plan's current step: "calls", "answer", "next" or "context_full"."""
+        """Record a turn of the plan's current step: "calls", "answer", "next", "retry" (the same
+        step again) or "context_full"."""
         self.turns.append(result)
         message, calls, self.invalid = _with_invalid_calls(result)
-        fresh = [c for c in calls if call_key(c) not in self.done]
+        known = self.known()
+        fresh = [c for c in calls if call_key(c) not in self.done and planner.grounded(c, known)]
+        if calls and not fresh and not any(call_key(c) in self.done for c in calls):
+            self.pending = []  # only calls with values from nowhere: none is run
+            if self.step_turns == 0 and self.steps[0] is not None:
+                self.in_text = True  # the step again, tools off
+                return "retry"
+            return "next"
+        self.in_text = False
         self.pending = fresh
         self.step_turns += 1
         if fresh or not calls:
             self.messages.append(message if len(fresh) == len(calls) else {**message, "tool_calls": fresh})
         if result.get("truncated"):
             return "context_full"
-        if not calls and not self.results:
-            return "answer"  # nothing to look up: the model's text is the answer
         if fresh:
+            self.tool_turns += 1
             return "calls"
+        if calls:
+            return "next"  # it only repeats calls that ran: the step is done
+        if self.steps[0] is None:
+            return "next" if self.results else "answer"  # nothing looked up: the text is the answer
+        if len(self.results) == self.step_found:  # a step done in text, with no tool: the answer needs it
+            self.notes.append((self.steps[0], (result.get("content") or "").strip()))
         return "next"
 
+    def known(self) -> str:
+        """What the run knows, for telling a call's arguments from invented ones."""
+        found = [f"{c['function']['arguments']} {out}" for c, out in self.results]
+        said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
+        return "\n".join([self.question, *self.plan_steps, *found, *said, *(t for _, t in self.notes)])
+
+    def after_calls(self, max_steps: int) -> None:
+        """A step's calls ran: it goes on (tools offered; a lookup may need a lookup of what it
+        found) until the model stops calling, within its turns and the run's budget."""
+        if not (self.tool_turns < max_steps and self.step_turns < MAX_STEP_TURNS):
+            self.next_step(max_steps)
+
     def next_step(self, max_steps: int) -> None:
-        """After a step's calls ran (or it made none): stay, take the next step, or go answer."""
-        whole = self.steps[0] is None
-        if whole and self.pending and self.step_turns < 2 and self.tool_turns < max_steps:
-            return  # the unsplit question may need a second round of calls
+        """The current step is done: take the next; once they run out, check the plan against
+        what was found (once, if something was); else go answer."""
         self.steps.pop(0)
-        self.step_turns = 0
-        if not self.steps or self.tool_turns >= max_steps:
+        if self.tool_turns >= max_steps:
             self.phase = "answer"
-        elif (step := self.steps[0]) is not None:  # None only in a one-step plan, which has no next step
-            self.messages.append(planner.step_message(step))
+        elif self.steps:
+            self._open_step()
+        else:
+            self.phase = "replan" if self.results and not self.replanned else "answer"
+
+    def replan(self, steps: list[str]) -> None:
+        """Act on the steps the check found still needed (each a planned step), or go answer."""
+        self.replanned = True
+        self.phase = "act" if steps else "answer"
+        if steps:
+            self.steps = list(steps)
+            self.plan_steps += steps
+            self._open_step()
 
     def turn_tools(self, schemas: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if self.offer is None or schemas is None:
@@ -201,6 +257,10 @@ class _Run:
     def result(self, stopped: str, error: str | None = None) -> AgentResult:
         content = self.turns[-1].get("content") if stopped in ("answer", "call_as_text") and self.turns else None
         return AgentResult(content, self.messages, self.turns, stopped, error)
+
+
+def _answer_messages(state: _Run) -> list[dict[str, Any]]:
+    return planner.answer_messages(state.question, state.results, state.notes, state.system, state.history)
 
 
 def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
@@ -262,12 +322,16 @@ class Agent:
 
     ``plan=True`` is for small models (about 1B parameters and under) on requests with
     several parts: the model first lists the steps in a planning chat of its own
-    (``{"type": "plan", "steps"}`` event), then takes one step per turn with a tool call
-    required, then writes the answer from the question and the results alone
-    (``pyshim.planner``). ``max_steps`` then bounds the step turns; the planning and
-    answer turns come on top. It costs one planning call and, on one slot, a prefill of
-    the conversation after it. Each turn is kept in ``AgentResult.turns``; ``messages``
-    holds the acting transcript, then the answer's question and reply.
+    (``{"type": "plan", "steps"}`` event), then takes them in turn, each with what the
+    steps before it found in view: a step's turns offer the tools (``tool_choice``
+    "auto"), so it may call one, then another that takes what the first found (up to
+    three turns a step), or none, doing the step in text; then the model writes the
+    answer from the request and what the steps found. The caller's system message and the
+    conversation before the request reach the planning and answer turns too
+    (``pyshim.planner``). ``max_steps`` then bounds the rounds of tool calls; the
+    planning and answer turns come on top. It costs one planning call and, on one slot, a
+    prefill of the conversation after it. Each turn is kept in ``AgentResult.turns``;
+    ``messages`` holds the acting transcript, then the answer's question and reply.
     """
 
     def __init__(
@@ -327,8 +391,13 @@ class Agent:
                     "Agent(system=...) was given and the messages start with a different system message; "
                     "pass only one of them"
                 )
-        asked = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
-        state = _Run(messages, question=asked[-1] if asked else "", tools=list(self.tools))
+        asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        state = _Run(messages, question=messages[asked[-1]]["content"] if asked else "", tools=list(self.tools))
+        if asked:  # what the planning and answer turns see besides the question
+            first = messages[0]
+            lead = first.get("role") in ("system", "developer") and isinstance(first.get("content"), str)
+            state.system = first["content"] if lead else None
+            state.history = messages[1 if lead else 0 : asked[-1]]
         if self.plan and self.schemas and state.question:
             state.phase = "plan"
         return state
@@ -382,12 +451,19 @@ class Agent:
         if state.phase == "plan":
             options = self._plain_options(max_tokens=planner.PLAN_TOKENS)
             options.pop("response_format", None)
-            return _Turn(planner.plan_messages(state.question), None, options, stream=False)
+            plan = planner.plan_messages(state.question, state.system, state.history)
+            return _Turn(plan, None, options, stream=False)
+        if state.phase == "replan":
+            options = self._plain_options(max_tokens=planner.PLAN_TOKENS)
+            options.pop("response_format", None)
+            check = planner.replan_messages(state.question, state.results, state.notes)
+            return _Turn(check, None, options, stream=False)
         if state.phase == "answer":
-            return _Turn(planner.answer_messages(state.question, state.results), None, self._plain_options())
-        if state.tool_turns >= self.max_steps:
-            return state.result("max_steps")
-        state.tool_turns += 1
+            return _Turn(_answer_messages(state), None, self._plain_options())
+        if state.phase == "loop":  # plan mode bounds its rounds of calls in _Run.act
+            if state.tool_turns >= self.max_steps:
+                return state.result("max_steps")
+            state.tool_turns += 1
         return _Turn(state.messages, state.turn_tools(self.schemas), state.options(self.options))
 
     def _plain_options(self, **extra: Any) -> dict[str, Any]:
@@ -417,9 +493,15 @@ class Agent:
             self._emit({"type": "plan", "steps": steps})
             state.begin_steps(steps)
             return []
+        if state.phase == "replan":
+            steps = planner.parse_steps(result.get("content"), self.max_steps)
+            state.turns.append(result)
+            self._emit({"type": "plan", "steps": steps, "revised": True})
+            state.replan(steps)
+            return []
         if state.phase == "answer":
             state.turns.append(result)
-            state.messages += [planner.answer_messages(state.question, state.results)[-1], result["message"]]
+            state.messages += [_answer_messages(state)[-1], result["message"]]
             return state.result("call_as_text" if calls_in_text(result.get("content"), state.tools) else "answer")
         step = state.act(result)
         if step == "context_full":
@@ -431,9 +513,9 @@ class Agent:
         return state.pending
 
     def end_round(self, state: _Run) -> None:
-        """After a turn's calls ran: in plan mode, move on to the next step when this one is done."""
+        """After a turn's calls ran: in plan mode, ask whether the step needs more, or move on."""
         if state.phase == "act" and state.pending:
-            state.next_step(self.max_steps)
+            state.after_calls(self.max_steps)
 
     def begin_tool(self, state: _Run, call: dict[str, Any]) -> tuple[str, Callable[[], Any] | str]:
         """Announce a call; returns its tool name and a ready-to-run call (or the error text the model gets)."""

@@ -115,7 +115,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         elif e["type"] == "tool_result":
             print(f"← {e['content']}")
         elif e["type"] == "plan":
-            print("plan: " + " | ".join(e["steps"]))
+            label = "still needed" if e.get("revised") else "plan"
+            print(f"{label}: " + (" | ".join(e["steps"]) or "nothing"))
         elif e["type"] == "nudge":
             print(f"(asking for the answer: {e['content']})")
 

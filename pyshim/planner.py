@@ -4,79 +4,189 @@ Small models (0.5B and under) call the right tool for one question but lose the 
 of a request with several parts: after the first result they repeat the call, run on
 through the tool's other arguments, or answer with one result. The plan mode splits the
 work so that every model turn has one small job: list the steps (a few-shot chat of its
-own, on topics unrelated to any tools), take one step per turn with a tool call required,
-then write the answer from a short context holding only the question and the results.
+own), take the steps in turn, each as many turns as it needs, then write the answer from a
+short context holding the request and what the steps found.
 
-This module owns those prompts and the parsing of the steps; it never calls the model or
-a tool (the agent loops, sync and async, do both), so every loop shares it unchanged.
+The plan adapts as it goes: a step is taken with what earlier steps found in view (the
+transcript holds their calls and results), so a step written against an earlier result ("the
+author found in step 1", "if it is late ...") takes its arguments from it; after each round of
+calls the step goes on, tools offered, until the model stops calling (a lookup, then a lookup
+of what it found, is one step), and a step no tool fits is done in text, which the answer sees.
+
+The invariant this module keeps: **its prompts share no tool, topic or phrasing with any task
+the agent is scored on** (``tests/test_agent_tasks.py`` checks the vocabularies are disjoint),
+so what the benchmark measures is how the mode generalises, not what it was shown. It owns the
+prompts and the parsing of the steps and never calls the model or a tool (the agent loops,
+sync and async, do both), so every loop shares it unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PLAN_TOKENS", "answer_messages", "facts", "parse_steps", "plan_messages", "step_message"]
+__all__ = [
+    "PLAN_TOKENS",
+    "answer_messages",
+    "facts",
+    "grounded",
+    "parse_steps",
+    "plan_messages",
+    "prompt_texts",
+    "replan_messages",
+    "step_message",
+]
 
-PLAN_TOKENS = 120  # a plan is a few short lines; more is the model running on
+PLAN_TOKENS = 120  # a plan is a few brief lines; more is the model running on
 
 PLAN_SYSTEM = (
-    "Split the user's request into the separate steps it asks for, one per line, in order. "
-    "Write only the steps, each as a short question or instruction; do not answer them. "
-    "A request that asks for one thing is one step. "
-    "Do not add a step for telling, listing or summarizing the results."
+    "Break the user's request into the separate steps it asks for, each on its own line, in order. "
+    "Output only those steps, each as a brief instruction; do not carry them out. "
+    "A request asking for a single thing is a single step. "
+    "Add no step for reporting or summarizing what was found."
 )
+# The caller's own instructions reach the planner as context, not as steps.
+PLAN_CONTEXT = "The assistant you plan for follows these instructions: {system}"
 
-# Shown as earlier turns of the planning chat. Their topics share nothing with any tool
-# set, so they teach the form (one line per part, dependent steps in order, no summary
-# step) without suggesting calls. Written into a single message instead, a 0.5B model
-# copied the examples as its plan.
+# Shown as earlier turns of the planning chat. Their topics (films, novels, paintings, trains,
+# blogs, opening hours, translation, text puzzles) share nothing with the tasks the agent is
+# scored on; they teach the form: one line per part (two questions about two things are two
+# steps), a later step naming what an earlier one finds, a condition kept whole inside the step
+# it decides, a step no lookup serves, an expression left for the step to work out, a single-step
+# request. Written into a single message instead, a 0.5B model copied the examples as its plan.
 EXAMPLES = [
     (
-        "What is the weather in Rome and the population of Madrid?",
-        ["What is the weather in Rome?", "What is the population of Madrid?"],
+        "Who directed the film Vertigo, and in which year was the film Alien released?",
+        ["Who directed the film Vertigo?", "In which year was the film Alien released?"],
     ),
     (
-        "Compute 3 + 4, then multiply the result by 10, and tell me both results.",
-        ["Compute 3 + 4.", "Multiply the result by 10."],
-    ),
-    ("Who wrote Hamlet and when was it written?", ["Who wrote Hamlet?", "When was Hamlet written?"]),
-    (
-        "What is the capital of France, of Spain and of Italy?",
-        ["What is the capital of France?", "What is the capital of Spain?", "What is the capital of Italy?"],
+        "What are the runtimes of the films Heat and Alien?",
+        ["What is the runtime of the film Heat?", "What is the runtime of the film Alien?"],
     ),
     (
-        "Look up the height of the Eiffel tower, of Big Ben and of the Colosseum.",
+        "How many chapters and how many pages does the novel Emma have?",
+        ["How many chapters does the novel Emma have?", "How many pages does the novel Emma have?"],
+    ),
+    (
+        "What is the rating of the hotel in Porto and of the hotel in Seville?",
+        ["What is the rating of the hotel in Porto?", "What is the rating of the hotel in Seville?"],
+    ),
+    (
+        "Work out 6 ^ 3 and 40 % 7, and show me what each comes to.",
+        ["Work out 6 ^ 3.", "Work out 40 % 7."],
+    ),
+    (
+        "Search for the author of the novel Dune, and list two other novels by that author.",
+        ["Search for the author of the novel Dune.", "List two other novels by the author found in step 1."],
+    ),
+    (
+        "Who painted the Mona Lisa? Then search for the birthplace of that painter.",
+        ["Who painted the Mona Lisa?", "Search for the birthplace of the painter found in step 1."],
+    ),
+    (
+        "Read the timetable of the train on platform 4. If it is late, book a taxi, else reserve a seat.",
+        ["Read the timetable of the train on platform 4.", "If the train is late, book a taxi, else reserve a seat."],
+    ),
+    (
+        "Suggest a title for my blog, and search the vet's opening hours on Saturday.",
+        ["Suggest a title for my blog.", "Search the vet's opening hours on Saturday."],
+    ),
+    ("Translate 'sleep well' into Spanish.", ["Translate 'sleep well' into Spanish."]),
+    (
+        "Search the opening hours of the museum, of the zoo and of the aquarium.",
         [
-            "Look up the height of the Eiffel tower.",
-            "Look up the height of Big Ben.",
-            "Look up the height of the Colosseum.",
+            "Search the opening hours of the museum.",
+            "Search the opening hours of the zoo.",
+            "Search the opening hours of the aquarium.",
         ],
     ),
 ]
 
-ANSWER_SYSTEM = "Answer the user's question from the facts given, in plain text. State every fact's value."
+STEP = "Do only this step now: {step}"
+
+# Once the steps run out, the plan is checked against what was found: a part the first plan
+# folded into another (two lookups in one line), or a part an early result made necessary.
+REPLAN_SYSTEM = (
+    "Below are a request and what has been found for it so far. List the steps still needed to "
+    "complete the request, each on its own line, or output: none."
+)
+REPLAN = "Request: {question}\nFound so far:\n{facts}"
+REPLAN_EXAMPLES = [
+    (
+        "Who directed the film Vertigo, and in which year was the film Alien released?",
+        '1. director(film="Vertigo") returned: Alfred Hitchcock',
+        ["In which year was the film Alien released?"],
+    ),
+    (
+        "What is the rating of the hotel in Porto and of the hotel in Seville?",
+        '1. rating(hotel="Porto") returned: 4.5',
+        ["What is the rating of the hotel in Seville?"],
+    ),
+    (
+        "What are the runtimes of the films Heat and Alien?",
+        '1. runtime(film="Heat") returned: 170 minutes\n2. runtime(film="Alien") returned: 117 minutes',
+        ["none"],
+    ),
+    (
+        "Search for the author of the novel Dune, and list two other novels by that author.",
+        '1. author(novel="Dune") returned: Frank Herbert',
+        ["List two other novels by Frank Herbert."],
+    ),
+    ("Suggest a title for my blog.", "1. Suggest a title for my blog. -> Notes from the Garden", ["none"]),
+]
+
+ANSWER_SYSTEM = (
+    "Reply to the user's request from the findings below, in plain text, stating every finding in full. "
+    "Where a lookup failed, report that it found nothing."
+)
+ANSWER = "Request: {question}\nFindings:\n{facts}"
 
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|step\s*\d+\s*[:.)-])\s*", re.IGNORECASE)
 
+Finding = tuple[dict[str, Any], str]  # a tool call and its output
+Note = tuple[str, str]  # a step done in text, and that text
 
-def plan_messages(question: str) -> list[dict[str, Any]]:
-    """The planning chat: its instructions, the worked examples, then the request."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": PLAN_SYSTEM}]
+
+def plan_messages(
+    question: str, system: str | None = None, history: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The planning chat: its instructions (and the caller's, as context), the worked examples,
+    then the request, after the conversation that led to it when there is one."""
+    head = PLAN_SYSTEM if not system else f"{PLAN_SYSTEM}\n{PLAN_CONTEXT.format(system=system)}"
+    messages: list[dict[str, Any]] = [{"role": "system", "content": head}]
     for request, steps in EXAMPLES:
         messages += [{"role": "user", "content": request}, {"role": "assistant", "content": "\n".join(steps)}]
-    return [*messages, {"role": "user", "content": question}]
+    return [*messages, {"role": "user", "content": _with_history(question, history)}]
+
+
+def _with_history(question: str, history: Sequence[dict[str, Any]]) -> str:
+    lines = [f"{m['role']}: {m['content']}" for m in history if isinstance(m.get("content"), str)]
+    if not lines:
+        return question
+    return "Earlier conversation:\n" + "\n".join(lines) + f"\n\nRequest: {question}"
+
+
+def replan_messages(question: str, results: list[Finding], notes: Sequence[Note] = ()) -> list[dict[str, Any]]:
+    """The check once the steps ran out: what the request still needs, given what was found."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": REPLAN_SYSTEM}]
+    for request, found, steps in REPLAN_EXAMPLES:
+        ask = REPLAN.format(question=request, facts=found)
+        messages += [{"role": "user", "content": ask}, {"role": "assistant", "content": "\n".join(steps)}]
+    ask = REPLAN.format(question=question, facts=facts(results, notes) or "(nothing)")
+    return [*messages, {"role": "user", "content": ask}]
 
 
 def parse_steps(text: str | None, limit: int) -> list[str]:
     """The plan's steps: one per non-empty line, list markers stripped, at most ``limit``."""
     steps = [_BULLET.sub("", line).strip() for line in (text or "").splitlines()]
-    return [s for s in steps if s][:limit]
+    return [s for s in steps if s and s.strip(".").lower() != "none"][:limit]
 
 
 def step_message(step: str) -> dict[str, Any]:
-    return {"role": "user", "content": f"Do only this step now: {step}"}
+    """The user turn that starts a step (what earlier steps found is in the transcript above it)."""
+    return {"role": "user", "content": STEP.format(step=step)}
 
 
 def _arguments(call: dict[str, Any]) -> str:
@@ -90,17 +200,87 @@ def _arguments(call: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
 
 
-def facts(results: list[tuple[dict[str, Any], str]]) -> str:
-    """Each tool call and what it returned, one numbered line each."""
-    return "\n".join(
-        f"{i}. {call['function']['name']}({_arguments(call)}) returned: {output}"
-        for i, (call, output) in enumerate(results, 1)
-    )
+def _outcome(output: str) -> str:
+    # A failed call reads as a failure, so the answer says so instead of inventing a value.
+    return f"failed ({output[6:].strip()})" if output.startswith("error:") else f"returned: {output}"
 
 
-def answer_messages(question: str, results: list[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
-    """The short context the answer is written from: the question and the facts, no tools."""
-    return [
-        {"role": "system", "content": ANSWER_SYSTEM},
-        {"role": "user", "content": f"Question: {question}\nFacts:\n{facts(results)}"},
+def facts(results: list[Finding], notes: Sequence[Note] = ()) -> str:
+    """Each tool call and what it returned, then each step done in text, one numbered line each."""
+    lines = [f"{call['function']['name']}({_arguments(call)}) {_outcome(output)}" for call, output in results]
+    lines += [f"{step} -> {text}" for step, text in notes]
+    return "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
+
+
+def answer_messages(
+    question: str,
+    results: list[Finding],
+    notes: Sequence[Note] = (),
+    system: str | None = None,
+    history: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The short context the answer is written from, no tools: the caller's instructions first,
+    the conversation before the request (its text turns), then the request and the findings."""
+    head = ANSWER_SYSTEM if not system else f"{system}\n\n{ANSWER_SYSTEM}"
+    earlier = [
+        {"role": m["role"], "content": m["content"]}
+        for m in history
+        if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str) and m["content"]
     ]
+    ask = ANSWER.format(question=question, facts=facts(results, notes) or "(none)")
+    return [{"role": "system", "content": head}, *earlier, {"role": "user", "content": ask}]
+
+
+_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
+
+
+def _numbers(text: str) -> set[float]:
+    out = set()
+    for m in _NUMBER.findall(text):
+        try:
+            out.add(float(m.replace(",", "")))
+        except ValueError:
+            continue
+    return out
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def grounded(call: dict[str, Any], known: str) -> bool:
+    """Does the call take at least one of its arguments from what the run knows (the request,
+    the plan, what was found)? A small model made to act on a step no tool fits calls some
+    tool with values from nowhere ("Name a fruit" became ``currency_of(country="Japan")``):
+    such a call is not run. A number counts as known when the text holds it; a string with
+    digits (an expression) when every number in it is known; other text when the text holds it."""
+    try:
+        args = json.loads(call["function"]["arguments"] or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return True  # its error goes back to the model as the call's result
+    leaves = [v for v in _leaves(args) if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+    if not leaves:
+        return True  # nothing it could have made up
+    numbers, text = _numbers(known), known.lower()
+    for v in leaves:
+        if isinstance(v, str) and not _NUMBER.search(v):
+            if v.strip() and v.strip().lower() in text:
+                return True
+        elif (found := _numbers(str(v))) and all(any(_same(n, k) for k in numbers) for n in found):
+            return True
+    return False
+
+
+def prompt_texts() -> list[str]:
+    """Every text this module puts in front of the model (for the vocabulary check)."""
+    examples = [text for request, steps in EXAMPLES for text in (request, *steps)]
+    examples += [text for request, found, steps in REPLAN_EXAMPLES for text in (request, found, *steps)]
+    return [PLAN_SYSTEM, PLAN_CONTEXT, STEP, REPLAN_SYSTEM, REPLAN, ANSWER_SYSTEM, ANSWER, *examples]

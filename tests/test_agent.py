@@ -251,31 +251,97 @@ class _Recording(_Scripted):
         return super().generate(messages, tools, on_delta, **options)
 
 
-def test_plan_mode_takes_one_step_per_turn_then_answers_from_the_results() -> None:
+def test_plan_mode_takes_the_steps_in_turn_then_answers_from_the_results() -> None:
     model = _Recording(
         [
             {"content": "1. Square 3.\n- Square 5.\n\n"},  # the plan, with list markers
             {"calls": [("slow_square", '{"x": 3}')]},
-            {"calls": [("slow_square", '{"x": 3}')]},  # a repeat: not run, the step is over
+            {"content": "It is 9."},  # the step goes on until the model stops calling
+            {"calls": [("slow_square", '{"x": 5}')]},
+            {"calls": [("slow_square", '{"x": 5}')]},  # a repeat: not run, the step is over
+            {"content": "none"},  # the plan checked against what was found: nothing left
             {"content": "9 and, I guess, 25"},
         ]
     )
     events: list[dict[str, Any]] = []
-    agent = Agent(model, [slow_square], plan=True, on_event=events.append, tool_choice="auto", temperature=0)  # type: ignore[arg-type]
+    agent = Agent(model, [slow_square], plan=True, on_event=events.append, tool_choice="required", temperature=0)  # type: ignore[arg-type]
     result = agent.run("Square 3 and 5.")
-    plan_turn, step1, step2, answer = model.calls
+    plan_turn, *steps, check, answer = model.calls
     assert plan_turn["tools"] is None and "tool_choice" not in plan_turn["options"]
     assert plan_turn["options"]["temperature"] == 0 and plan_turn["options"]["max_tokens"] > 0
     assert model.seen[0][-1] == {"role": "user", "content": "Square 3 and 5."}
     assert {"type": "plan", "steps": ["Square 3.", "Square 5."]} in events
-    assert step1["options"]["tool_choice"] == step2["options"]["tool_choice"] == "required"
-    assert model.seen[1][-1]["content"].endswith("Square 3.") and model.seen[2][-1]["content"].endswith("Square 5.")
-    assert answer["tools"] is None
-    assert [m["role"] for m in model.seen[3]] == ["system", "user"]  # the question and the facts only
-    assert "Square 3 and 5." in model.seen[3][1]["content"] and "returned: 9" in model.seen[3][1]["content"]
+    # a planned step is a call, and so is the turn after a round of calls (a repeat ends the step)
+    assert len(steps) == 4 and all(s["options"]["tool_choice"] == "required" for s in steps)
+    assert model.seen[1][-1]["content"].endswith("Square 3.") and model.seen[3][-1]["content"].endswith("Square 5.")
+    assert model.seen[3][-2]["content"] == "It is 9."  # the next step sees what the last one found
+    assert answer["tools"] is None and check["tools"] is None
+    assert "returned: 25" in model.seen[5][-1]["content"]
+    assert [m["role"] for m in model.seen[6]] == ["system", "user"]  # the question and the findings only
+    asked = model.seen[6][1]["content"]
+    assert "Square 3 and 5." in asked and "returned: 9" in asked and "returned: 25" in asked
     assert result.stopped == "answer" and result.content == "9 and, I guess, 25"
-    assert len(result.tools_ran) == 1 and len(result.turns) == 4
+    assert len(result.tools_ran) == 2 and len(result.turns) == 7
     assert result.messages[-1] == {"role": "assistant", "content": "9 and, I guess, 25"}
+
+
+def test_a_part_the_plan_folded_into_another_is_found_when_the_plan_is_checked() -> None:
+    model = _Recording(
+        [
+            {"content": "Square 3 and 5."},  # one line: the question is taken as asked
+            {"calls": [("slow_square", '{"x": 3}')]},
+            {"calls": [("slow_square", '{"x": 3}')]},  # a repeat: the model thinks it is done
+            {"content": "Square 5."},  # the check finds the part still needed
+            {"calls": [("slow_square", '{"x": 5}')]},
+            {"content": "25"},
+            {"content": "9 and 25"},
+        ]
+    )
+    events: list[dict[str, Any]] = []
+    result = Agent(model, [slow_square], plan=True, on_event=events.append).run("Square 3 and 5.")  # type: ignore[arg-type]
+    assert [m["content"] for m in result.tools_ran] == ["9", "25"] and result.content == "9 and 25"
+    assert {"type": "plan", "steps": ["Square 5."], "revised": True} in events
+    assert "returned: 9" in model.seen[3][-1]["content"] and model.calls[4]["options"]["tool_choice"] == "required"
+
+
+def test_a_step_may_chain_calls_and_a_step_no_tool_fits_is_done_in_text() -> None:
+    # A call none of whose arguments the run knows of (the request, the plan, what was found) is
+    # not run; the scripted 7 comes from nowhere, 2 from the request and 4 from a result.
+    model = _Recording(
+        [
+            {"content": "Name a colour.\nSquare 2, then square that."},
+            {"calls": [("slow_square", '{"x": 7}')]},  # made to call, it calls with a value from nowhere
+            {"content": "Blue."},  # not run: the step again with tools off, done in text
+            {"calls": [("slow_square", '{"x": 2}')]},
+            {"calls": [("slow_square", '{"x": 4}')]},  # takes the step's first result as its argument
+            {"content": "16"},
+            {"content": "none"},
+            {"content": "Blue; 4, then 16."},
+        ]
+    )
+    result = Agent(model, [slow_square], plan=True).run("Name a colour, then square 2 and square the result.")  # type: ignore[arg-type]
+    assert [m["content"] for m in result.tools_ran] == ["4", "16"]
+    assert [c["options"]["tool_choice"] for c in model.calls[1:3]] == ["required", "none"]
+    asked = model.seen[-1][-1]["content"]
+    assert "Name a colour. -> Blue." in asked and "returned: 16" in asked
+    assert "It is" not in asked and "-> 16" not in asked  # a step's closing text after its calls is not a finding
+    assert result.stopped == "answer" and result.content == "Blue; 4, then 16."
+
+
+def test_plan_mode_honours_the_system_message_and_the_conversation_in_every_turn() -> None:
+    model = _Recording([{"content": "Square 2.\nSquare 3."}])
+    model.replies += [{"calls": [("slow_square", '{"x": 2}')]}, {"content": "4"}]
+    model.replies += [{"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}, {"content": "none"}]
+    model.replies += [{"content": "Quatre et neuf."}]
+    history = [{"role": "user", "content": "Salut"}, {"role": "assistant", "content": "Bonjour !"}]
+    agent = Agent(model, [slow_square], plan=True, system="Always answer in French.")  # type: ignore[arg-type]
+    result = agent.run([*history, {"role": "user", "content": "Square 2 and 3."}])
+    plan, answer = model.seen[0], model.seen[-1]
+    assert "Always answer in French." in plan[0]["content"]
+    assert "Bonjour !" in plan[-1]["content"] and plan[-1]["content"].endswith("Square 2 and 3.")
+    assert all(turn[0] == {"role": "system", "content": "Always answer in French."} for turn in model.seen[1:-2])
+    assert answer[0]["content"].startswith("Always answer in French.") and answer[1:3] == history
+    assert result.content == "Quatre et neuf."
 
 
 def test_plan_mode_with_one_step_asks_the_question_as_is_and_text_is_the_answer() -> None:
@@ -287,11 +353,11 @@ def test_plan_mode_with_one_step_asks_the_question_as_is_and_text_is_the_answer(
 
 
 def test_plan_mode_respects_max_steps_and_still_answers() -> None:
-    replies = [{"content": "a\nb\nc\nd"}] + [{"calls": [("slow_square", f'{{"x": {i}}}')]} for i in range(2)]
-    model = _Recording([*replies, {"content": "0, 1"}])
-    result = Agent(model, [slow_square], plan=True, max_steps=2).run("a, b, c and d")  # type: ignore[arg-type]
+    replies = [{"content": "a\nb\nc\nd"}, {"calls": [("slow_square", '{"x": 0}')]}, {"content": "0"}]
+    model = _Recording([*replies, {"calls": [("slow_square", '{"x": 1}')]}, {"content": "0, 1"}])
+    result = Agent(model, [slow_square], plan=True, max_steps=2).run("Square 0, 1, 2 and 3.")  # type: ignore[arg-type]
     assert len(result.tools_ran) == 2 and result.stopped == "answer" and result.content == "0, 1"
-    assert len(model.calls) == 4  # plan, two steps, answer
+    assert len(model.calls) == 5  # plan, step a (a call, then its text), step b's call: the budget; answer
 
 
 def test_plan_mode_finishes_a_two_part_task_on_the_default_model(qwen: pyshim.Model) -> None:
@@ -310,9 +376,10 @@ def test_plan_mode_finishes_a_two_part_task_on_the_default_model(qwen: pyshim.Mo
 def test_plan_mode_keeps_the_callers_response_format_for_the_answer_only() -> None:
     fmt = {"type": "json_object"}
     model = _Recording([{"content": "Square 2.\nSquare 3."}, {"calls": [("slow_square", '{"x": 2}')]}])
-    model.replies += [{"calls": [("slow_square", '{"x": 3}')]}, {"content": '{"squares": [4, 9]}'}]
+    model.replies += [{"content": "4"}, {"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}]
+    model.replies += [{"content": "none"}, {"content": '{"squares": [4, 9]}'}]
     Agent(model, [slow_square], plan=True, response_format=fmt).run("Square 2 and 3.")  # type: ignore[arg-type]
-    assert [c["options"].get("response_format") for c in model.calls] == [None, fmt, fmt, fmt]
+    assert [c["options"].get("response_format") for c in model.calls] == [None, fmt, fmt, fmt, fmt, None, fmt]
 
 
 # -- the plain loop's defects (#37 item 3) ---------------------------------------------------------
