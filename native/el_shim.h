@@ -511,12 +511,15 @@ EL_API const char *el_last_error(void);
 ** elsewhere up to the rounding of the larger batch (a near-tie may go the
 ** other way, as CACHE says). Stop strings, max_tokens, grammars, streaming,
 ** cancel and timeouts see the accepted tokens one by one, as if decoded alone.
-** A call's token and draft never exceed n_batch / n_seq, so a draft never
-** pushes another call's token out of the step; the step takes longer by the
-** draft's rows. COST: on a CPU a batch of fewer than 8 rows is computed one
-** row at a time, so a drafted token costs about what decoding it costs; after
-** a draft of which less than half was accepted, drafting pauses (1, 2, 4 ...
-** 32 tokens). docs/bench-speculative.md measures where it pays.
+** A call drafts only while no other call runs on the handle: a drafted row
+** lengthens the shared step for every call in it, so speculation never slows
+** the calls beside it (a draft never exceeds n_batch / n_seq either).
+** COST: each drafted row also attends over the whole context (on 2 CPU
+** cores at 2,048 tokens, a step of 2 rows costs 1.18x one row, 8 rows 2.4x),
+** so a call's drafts start at 2 tokens, double while accepted whole, shrink
+** to one past what was accepted otherwise, and after a draft of which
+** nothing was accepted drafting pauses (1, 2, 4 ... 32 tokens).
+** docs/bench-speculative.md measures where it pays.
 **
 ** A FAILED CALL (an error after the call was given a slot) leaves its own slot
 ** empty and unpinned; a conversation it evicted stays saved in host memory as

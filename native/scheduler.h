@@ -71,6 +71,7 @@ class Scheduler {
     bool admit(std::unique_lock<std::mutex> & lock, const std::function<bool()> & stop,
                const std::function<bool()> & can_start);
     void leave();  // a call admitted by admit() ended (mutex held)
+    size_t running() const { return running_; }  // calls admitted and not yet left (mutex held)
 
     // Run one evaluation (a prompt chunk) on the evaluator; returns fn's status.
     int32_t solo(std::unique_lock<std::mutex> & lock, const std::function<int32_t()> & fn);

@@ -56,7 +56,13 @@ std::vector<llama_token> draft_tokens(const Speculation & s, const std::vector<l
 }
 
 void DraftPace::record(size_t drafted, size_t accepted) {
-    if (2 * accepted >= drafted) {
+    if (accepted == drafted) {
+        length = std::min<size_t>(64, 2 * std::max<size_t>(length, 1));  // size_m bounds it further
+        misses = 0;
+        return;
+    }
+    length = std::max(kFirstDraft, accepted + 1);
+    if (accepted > 0) {
         misses = 0;
         return;
     }

@@ -8,7 +8,9 @@
 // its row, in order, and the first that differs ends the draft: what follows it leaves the
 // cache and its mirror before anything else runs on the slot. Off where the cache cannot be
 // trimmed (sliding-window, recurrent and hybrid models: docs/reuse.md), with logprobs (one
-// entry per token is computed on the one path), and on test hooks that force tokens.
+// entry per token is computed on the one path), and on test hooks that force tokens. A call
+// drafts only while it is the only call running on its handle (Engine::decode), so its drafts
+// never lengthen a step another call waits for.
 #pragma once
 
 #include "json_args.h"
@@ -35,17 +37,22 @@ Speculation read_speculation(const json & value, const char * what);
 constexpr int32_t kDefaultN = 4;
 constexpr int32_t kDefaultM = 16;
 
-// When a call drafts next, from how its drafts fared. On a CPU a batch of fewer than 8 rows
-// is multiplied one row at a time (ggml's tiled kernels start at 8), so each drafted token
-// costs about what decoding it alone would: an accepted one saves only the step's fixed cost,
-// a rejected one costs a step. Drafts are therefore as long as the n-gram match allows
-// (size_m), and after a draft of which less than half was accepted (a loss) drafting pauses
-// for 1, 2, 4 ... (at most 32) tokens, so text that does not repeat its context pays for few
-// tries.
+// When a call drafts next, and how much. A drafted token is not free: each row of a step also
+// attends over the whole context. qwen2.5-coder-0.5b on 2 cores at 2,048 tokens of context
+// (llama-bench -d 2048, 2026-12-04): a step of 2 rows costs 1.18x one row, 4 rows 1.49x,
+// 8 rows 2.4x. A long draft that fails at its first token therefore costs up to twice a plain
+// step, and most drafts in an agent's replies fail early (a city's name, a number, then a
+// stretch of copied text). So a call's first draft is at most kFirstDraft tokens; a draft
+// accepted whole doubles the next one's length (up to size_m); one accepted in part sets it to
+// one more than the part accepted (at least kFirstDraft); and after a draft of which nothing
+// was accepted drafting pauses for 1, 2, 4 ... (at most 32) tokens, so text that does not
+// repeat its context pays for few tries. docs/bench-speculative.md measures it.
+constexpr size_t kFirstDraft = 2;
+
 struct DraftPace {
-    size_t length = SIZE_MAX;  // the next draft's most tokens (size_m bounds it)
-    size_t pause  = 0;  // tokens to decode before the next draft
-    size_t misses = 0;  // drafts in a row of which nothing was accepted
+    size_t length = kFirstDraft;  // the next draft's most tokens (size_m also bounds it)
+    size_t pause  = 0;            // tokens to decode before the next draft
+    size_t misses = 0;            // drafts in a row of which nothing was accepted
 
     // Whether to draft for this token (counts a paused one down).
     bool ready() {

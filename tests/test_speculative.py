@@ -5,7 +5,7 @@ What must hold, on ``deterministic`` handles where batch shape cannot change a l
 output with speculation equals output without it, token for token, also with stop strings,
 token limits, streaming, tool calls and a json_schema grammar; the rejected part of a draft
 leaves the cache exactly (the next turn on the same handle equals a fresh handle's); calls at
-once keep their outputs; and where speculation cannot be exact or cheap it is off."""
+once keep their outputs, and a call drafts only while it runs alone; and where speculation cannot be exact or cheap it is off."""
 
 from __future__ import annotations
 
@@ -130,3 +130,22 @@ def test_the_handle_default_and_a_call_override() -> None:
         assert m.generate(QUOTE, max_tokens=60, speculative="off")["n_drafted"] == 0
     with pytest.raises(pyshim.ModelLoadError, match="speculative"):
         pyshim.Model(model_path(GEMMA), speculative="fast")
+
+
+def test_a_call_drafts_only_while_it_runs_alone(exact: Any) -> None:
+    """Drafted rows lengthen the shared step for every call in it (a call decoding beside a
+    drafting one ran at 0.72x, docs/bench-speculative.md), so a call drafts only while no other
+    call runs on the handle. Fails if the engine drafts regardless of its neighbours."""
+    started = threading.Event()
+
+    def neighbour() -> None:
+        for _ in exact.stream(PROSE, max_tokens=300, ignore_eos=True, speculative="off"):
+            started.set()
+
+    thread = threading.Thread(target=neighbour)
+    thread.start()
+    assert started.wait(60)
+    beside = exact.generate(QUOTE, speculative=SPEC, max_tokens=40)
+    thread.join()
+    assert beside["n_drafted"] == 0, beside
+    assert exact.generate(QUOTE, speculative=SPEC, max_tokens=40)["n_drafted"] > 0
