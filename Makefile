@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse bench-patches sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -181,7 +181,7 @@ bench-overhead: build models peers $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k \
 	  --systems pyshim llama-server llama-cpp-python pyshim-fa-off --out docs/bench-overhead.md
 
-bench: bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix bench-reuse
+bench: bench-patches bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix bench-reuse
 	$(MAKE) bench-status
 
 # Each report in docs/ with its commit and how many library commits it is behind HEAD; fails when
@@ -207,6 +207,11 @@ bench-door: build models
 	$(PY) -m bench.door_routes --out docs/bench-door-routes.md
 
 # Decode with and without self-speculation, beside llama-server's (docs/bench-speculative.md).
+# The patched library beside one built with no patches, alternating (docs/bench-patches.md).
+bench-patches: build models
+	$(MAKE) build LLAMA_PATCHES=none BUILD=build-nopatch
+	$(PY) -m bench.patches --out docs/bench-patches.md
+
 bench-speculative: build models peers
 	$(PY) -m bench.speculative --out docs/bench-speculative.md
 

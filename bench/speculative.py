@@ -256,7 +256,7 @@ def markdown(model: str, turns: int, results: dict[str, Any], tg: float | None) 
         f"Beside: a free-prose call (no speculation) decodes at {beside['off']:.1f} tok/s with a quoting call "
         "beside it "
         f"on the same handle, and at {beside['on']:.1f} tok/s ({beside['on'] / beside['off']:.2f}×) when the quoting "
-        "call speculates (its drafts ride in the shared step).",
+        "call asks for speculation (a call drafts only while it runs alone on its handle).",
     ]
     return "\n".join(lines) + "\n"
 

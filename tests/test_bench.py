@@ -154,3 +154,14 @@ def test_decode_bench_measures_every_mode() -> None:
     res["tg128"] = {"mean": 100.0, "range": [99.0, 101.0]}
     text = report({"command": "python -m bench.decode", "machine": "here", "reps": 1, "models": {SMOL: res}})
     assert text.count("| pyshim, ") == len(MODES) + 1 and "llama-bench tg128" in text
+
+
+def test_patches_benchmark_smoke() -> None:
+    """bench.patches' worker and report on the library under test (the run itself compares two builds)."""
+    from bench.patches import section, worker
+
+    one = worker(SMOL, turns=2, calls=2)
+    assert len(one["next turn"]) == 2 and len(one["decode"]) == 3
+    assert all(s["wall"] >= s["ms_prepare"] > 0 for s in one["next turn"])
+    text = "\n".join(section(SMOL, {"patched": one, "unpatched": one}))
+    assert "| wall |" in text and "1.00×" in text
