@@ -520,6 +520,12 @@ EL_API const char *el_last_error(void);
 ** to one past what was accepted otherwise, and after a draft of which
 ** nothing was accepted drafting pauses (1, 2, 4 ... 32 tokens).
 ** docs/bench-speculative.md measures where it pays.
+** WHY OFF BY DEFAULT: in that benchmark (qwen2.5-coder-0.5b, 2 cores) it never
+** lost: agent replies 1.01-1.23x, quoting 1.69-2.40x, a code edit 1.17-1.75x,
+** free prose 1.15-1.57x. But without "deterministic" the larger batch
+** flipped near-ties (0.001 and 0.016 nats apart) in 2 of its 8 outputs, and
+** a default must not change what greedy decoding says. Ask for it per call
+** or per handle where the output copies its context.
 **
 ** A FAILED CALL (an error after the call was given a slot) leaves its own slot
 ** empty and unpinned; a conversation it evicted stays saved in host memory as
