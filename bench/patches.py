@@ -14,9 +14,13 @@ Two workloads per model, greedy, 2 threads, on the agent conversation of ``bench
   patches change it.
 
 Each build runs in a process of its own (``PYSHIM_LIB``), ``--rounds`` times, alternating;
-figures are medians over every call of every round, with p10-p90.
+figures are medians over every call of every round, with p10-p90. ``--without NAME`` adds a
+build with every patch but NAME (``build-without-NAME``, made if missing) and reports it beside
+the patched one alone, which is how a patch too small to see among all the others is judged.
 
     python -m bench.patches [--models qwen2.5-coder-0.5b-instruct gemma-3-270m] [--out docs/bench-patches.md]
+    python -m bench.patches --without common-render-memo-text-shared --models gemma-3-270m --turns 145 \
+        --out docs/bench-patches-without.md
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from bench.provenance import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDS = {"patched": ROOT / "build" / "libel_shim.so", "unpatched": ROOT / "build-nopatch" / "libel_shim.so"}
+N_CTX = 20480  # room for --turns 145 (~16k tokens)
 SPLIT = ("ms_prepare", "ms_template", "ms_tokenize", "ms_sampler")
 
 
@@ -46,7 +51,7 @@ def worker(model: str, turns: int, calls: int) -> dict[str, Any]:
 
     base = conversation(turns)[-1]
     out: dict[str, Any] = {"next turn": [], "decode": [], "patches": pyshim.build_info().get("patches", [])}
-    with pyshim.Model(models.path(model), n_ctx=8192, n_threads=2, temperature=0) as m:
+    with pyshim.Model(models.path(model), n_ctx=N_CTX, n_threads=2, temperature=0) as m:
         for i in range(calls + 1):
             question = {"role": "user", "content": f"And {i} days from now, will it still rain there?"}
             messages = [*base, {"role": "assistant", "content": "It is mild."}, question]
@@ -62,8 +67,8 @@ def worker(model: str, turns: int, calls: int) -> dict[str, Any]:
     return out
 
 
-def run(model: str, build: str, turns: int, calls: int) -> dict[str, Any]:
-    env = {**os.environ, "PYSHIM_LIB": str(BUILDS[build])}
+def run(model: str, lib: Path, turns: int, calls: int) -> dict[str, Any]:
+    env = {**os.environ, "PYSHIM_LIB": str(lib)}
     args = [sys.executable, "-m", "bench.patches", "--worker", model, "--turns", str(turns), "--calls", str(calls)]
     done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
@@ -74,11 +79,24 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({q[0]:.2f}–{q[-1]:.2f})"
 
 
-def measure(model: str, turns: int, calls: int, rounds: int) -> dict[str, dict[str, Any]]:
-    got: dict[str, dict[str, Any]] = {b: {"next turn": [], "decode": []} for b in BUILDS}
+def without(name: str) -> Path:
+    """The library with every patch but `name`, built if missing (make build LLAMA_PATCHES=...)."""
+    names = sorted(p.stem for p in (ROOT / "native" / "patches").glob("*.patch"))
+    if name not in names:
+        sys.exit(f"no patch {name!r}; the patches are: {', '.join(names)}")
+    build = f"build-without-{name}"
+    lib = ROOT / build / "libel_shim.so"
+    if not lib.exists():
+        wanted = ",".join(n for n in names if n != name)
+        subprocess.run(["make", "build", f"LLAMA_PATCHES={wanted}", f"BUILD={build}"], cwd=ROOT, check=True)
+    return lib
+
+
+def measure(model: str, builds: dict[str, Path], turns: int, calls: int, rounds: int) -> dict[str, dict[str, Any]]:
+    got: dict[str, dict[str, Any]] = {b: {"next turn": [], "decode": []} for b in builds}
     for _ in range(rounds):
-        for build in BUILDS:
-            r = run(model, build, turns, calls)
+        for build, lib in builds.items():
+            r = run(model, lib, turns, calls)
             got[build]["next turn"] += r["next turn"]
             got[build]["decode"] += r["decode"]
             got[build]["patches"] = r["patches"]
@@ -86,22 +104,27 @@ def measure(model: str, turns: int, calls: int, rounds: int) -> dict[str, dict[s
 
 
 def section(model: str, got: dict[str, dict[str, Any]]) -> list[str]:
-    a, b = got["patched"], got["unpatched"]
-    n_prompt = a["next turn"][0]["n_prompt"]
+    """Every build beside the first (the patched one)."""
+    names = list(got)
+    first = got[names[0]]
+    n_prompt = first["next turn"][0]["n_prompt"]
     lines = [f"## {model}", "", f"Next turn at {n_prompt} prompt tokens, ms per call, median (p10–p90):", ""]
-    lines += ["| | patched | unpatched | unpatched − patched (medians) |", "|---|---:|---:|---:|"]
+    lines += ["| | " + " | ".join(names) + " | " + " | ".join(f"{n} − {names[0]} (medians)" for n in names[1:]) + " |"]
+    lines += ["|---|" + "---:|" * (2 * len(names) - 1)]
     for key in ("wall", *SPLIT):
-        pa, pb = [s[key] for s in a["next turn"]], [s[key] for s in b["next turn"]]
-        diff = statistics.median(pb) - statistics.median(pa)
-        lines.append(f"| {key} | {spread(pa)} | {spread(pb)} | {diff:+.2f} |")
-    ra, rb = [s["rate"] for s in a["decode"]], [s["rate"] for s in b["decode"]]
-    lines += [
-        "",
-        f"Decode with tools offered, 64 tokens: patched {statistics.median(ra):.1f} tok/s "
-        f"({min(ra):.1f}–{max(ra):.1f}), unpatched {statistics.median(rb):.1f} ({min(rb):.1f}–{max(rb):.1f}): "
-        f"{statistics.median(ra) / statistics.median(rb):.2f}×.",
-        "",
+        samples = {n: [s[key] for s in got[n]["next turn"]] for n in names}
+        base = statistics.median(samples[names[0]])
+        cells = [spread(samples[n]) for n in names]
+        cells += [f"{statistics.median(samples[n]) - base:+.2f}" for n in names[1:]]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    rates = {n: [s["rate"] for s in got[n]["decode"]] for n in names}
+    base_rate = statistics.median(rates[names[0]])
+    described = [
+        f"{n} {statistics.median(r):.1f} tok/s ({min(r):.1f}–{max(r):.1f})"
+        + (f", {base_rate / statistics.median(r):.2f}× slower than {names[0]}" if n != names[0] else "")
+        for n, r in rates.items()
     ]
+    lines += ["", "Decode with tools offered, 64 tokens: " + "; ".join(described) + ".", ""]
     return lines
 
 
@@ -111,26 +134,30 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=40)
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--without", nargs="*", default=[], help="also (or, with --no-unpatched, only) builds without these")
+    p.add_argument("--no-unpatched", action="store_true", help="leave the build with no patches out")
     p.add_argument("--worker")
     p.add_argument("--out")
     args = p.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.turns, args.calls)))
         return
-    missing = [str(path) for path in BUILDS.values() if not path.exists()]
+    builds = {"patched": BUILDS["patched"]} if args.no_unpatched else dict(BUILDS)
+    builds |= {f"without {name}": without(name) for name in args.without}
+    missing = [str(path) for path in builds.values() if not path.exists()]
     if missing:
         sys.exit(f"build first: {', '.join(missing)} (make build; make build LLAMA_PATCHES=none BUILD=build-nopatch)")
     lines = [
         "# What the patches buy",
         "",
-        f"`python -m bench.patches --turns {args.turns} --calls {args.calls} --rounds {args.rounds}` on "
-        f"{os.cpu_count()} CPUs: the library with every patch in `native/patches/` against one built with none "
-        "(`build-nopatch`), alternating, each in its own process. Wall is what the caller waits for; the `ms_` "
-        "rows are the library's own split of it, the same code in both builds but for the patches.",
+        f"`python -m bench.patches {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs: the library with every patch "
+        f"in `native/patches/` beside {', '.join(f'`{b}`' for b in list(builds)[1:])} (`unpatched`: none), "
+        "alternating, each in its own process. Wall is what the caller waits for; the `ms_` rows are the library's "
+        "own split of it, the same code in every build but for the patches.",
         "",
     ]
     for model in args.models:
-        got = measure(model, args.turns, args.calls, args.rounds)
+        got = measure(model, builds, args.turns, args.calls, args.rounds)
         lines += section(model, got)
     publish("\n".join(lines), args.out, "bench.patches")
 

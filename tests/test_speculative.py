@@ -5,7 +5,8 @@ What must hold, on ``deterministic`` handles where batch shape cannot change a l
 output with speculation equals output without it, token for token, also with stop strings,
 token limits, streaming, tool calls and a json_schema grammar; the rejected part of a draft
 leaves the cache exactly (the next turn on the same handle equals a fresh handle's); calls at
-once keep their outputs, and a call drafts only while it runs alone; and where speculation cannot be exact or cheap it is off."""
+once keep their outputs, and a call drafts only while it runs alone; and where speculation
+cannot be exact or cheap it is off."""
 
 from __future__ import annotations
 
