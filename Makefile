@@ -206,12 +206,12 @@ bench-door: build models
 	$(PY) -m bench.door --out docs/bench-door.md
 	$(PY) -m bench.door_routes --out docs/bench-door-routes.md
 
-# Decode with and without self-speculation, beside llama-server's (docs/bench-speculative.md).
 # The patched library beside one built with no patches, alternating (docs/bench-patches.md).
 bench-patches: build models
 	$(MAKE) build LLAMA_PATCHES=none BUILD=build-nopatch
 	$(PY) -m bench.patches --out docs/bench-patches.md
 
+# Decode with and without self-speculation, beside llama-server's (docs/bench-speculative.md).
 bench-speculative: build models peers
 	$(PY) -m bench.speculative --out docs/bench-speculative.md
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_session import TOOLS, conversation
+from bench.peers import p10_p90
 from bench.provenance import publish
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def worker(model: str, turns: int, calls: int) -> dict[str, Any]:
     from pyshim import models
 
     base = conversation(turns)[-1]
-    out: dict[str, Any] = {"next turn": [], "decode": [], "patches": pyshim.build_info().get("patches", [])}
+    out: dict[str, Any] = {"next turn": [], "decode": []}
     with pyshim.Model(models.path(model), n_ctx=N_CTX, n_threads=2, temperature=0) as m:
         for i in range(calls + 1):
             question = {"role": "user", "content": f"And {i} days from now, will it still rain there?"}
@@ -75,8 +76,8 @@ def run(model: str, lib: Path, turns: int, calls: int) -> dict[str, Any]:
 
 
 def spread(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=10)
-    return f"{statistics.median(values):.2f} ({q[0]:.2f}–{q[-1]:.2f})"
+    lo, hi = p10_p90(values)
+    return f"{statistics.median(values):.2f} ({lo:.2f}–{hi:.2f})"
 
 
 def without(name: str) -> Path:
@@ -99,7 +100,6 @@ def measure(model: str, builds: dict[str, Path], turns: int, calls: int, rounds:
             r = run(model, lib, turns, calls)
             got[build]["next turn"] += r["next turn"]
             got[build]["decode"] += r["decode"]
-            got[build]["patches"] = r["patches"]
     return got
 
 

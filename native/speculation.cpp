@@ -57,7 +57,7 @@ std::vector<llama_token> draft_tokens(const Speculation & s, const std::vector<l
 
 void DraftPace::record(size_t drafted, size_t accepted) {
     if (accepted == drafted) {
-        length = std::min<size_t>(64, 2 * std::max<size_t>(length, 1));  // size_m bounds it further
+        length = std::min<size_t>(64, 2 * length);  // never 0 (at least kFirstDraft); size_m bounds it further
         misses = 0;
         return;
     }
