@@ -121,10 +121,10 @@ def section(model: str, got: dict[str, dict[str, Any]]) -> list[str]:
     base_rate = statistics.median(rates[names[0]])
     described = [
         f"{n} {statistics.median(r):.1f} tok/s ({min(r):.1f}–{max(r):.1f})"
-        + (f", {base_rate / statistics.median(r):.2f}× slower than {names[0]}" if n != names[0] else "")
+        + (f", {names[0]} at {base_rate / statistics.median(r):.2f}× this rate" if n != names[0] else "")
         for n, r in rates.items()
     ]
-    lines += ["", "Decode with tools offered, 64 tokens: " + "; ".join(described) + ".", ""]
+    lines += ["", "Decode with tools offered, 64 tokens, median (min–max): " + "; ".join(described) + ".", ""]
     return lines
 
 
