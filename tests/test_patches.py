@@ -80,7 +80,7 @@ def test_a_patch_that_does_not_apply_costs_itself_and_what_is_built_on_it(pristi
     applied = set((dest / ".pyshim-patches").read_text().split())
     refused = {line.split(": ")[2].removesuffix(".patch") for line in r.stderr.splitlines() if "not applied:" in line}
     chain = {"common-chat-analyse-once", "common-render-faster", "common-render-memo-loops"}
-    chain |= {"common-render-memo-text-shared", "common-return-parser-object"}
+    chain |= {"common-return-parser-object"}
     assert chain | {"ggml-rpc-no-abort"} <= refused, r.stderr
     assert {
         "ggml-cpu-fa-blocked-decode",
