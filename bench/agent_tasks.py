@@ -205,19 +205,19 @@ def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
 def reweighted(runs: list[dict[str, Any]]) -> str:
     """The development half's rate per family, weighted by the report half's family counts: what
     the report half would score if each family did as well as on the tasks the mode was tuned on."""
-    report = [r for r in runs if r["half"] == "report"]
-    rates = []
-    for r in report:
-        dev = [d for d in runs if d["half"] == "dev" and d["family"] == r.get("family")]
-        if not dev:
-            return "-"
-        rates.append(sum(d["solved"] for d in dev) / len(dev))
-    return f"{100 * sum(rates) / len(rates):.0f} %" if rates else "-"
+    dev: dict[str, list[bool]] = {}
+    for r in runs:
+        if r["half"] == "dev" and "family" in r:
+            dev.setdefault(r["family"], []).append(r["solved"])
+    report = [r.get("family") for r in runs if r["half"] == "report"]
+    if not report or any(f not in dev for f in report):
+        return "-"
+    return f"{100 * sum(sum(dev[f]) / len(dev[f]) for f in report) / len(report):.0f} %"
 
 
 def by_family(runs: list[dict[str, Any]]) -> list[str]:
     """Both halves per family: the halves hold the families in different shares (the report half
-    is mostly chains), so the overall gap mixes how the mode generalises with what each half asks."""
+    is half chains), so the overall gap mixes how the mode generalises with what each half asks."""
     lines = ["| family | development half | report half |", "|---|---|---|"]
     for family in dict.fromkeys(r["family"] for r in runs):
         part = [r for r in runs if r["family"] == family]

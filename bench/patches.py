@@ -19,8 +19,8 @@ build with every patch but NAME (``build-without-NAME``, made if missing) and re
 the patched one alone, which is how a patch too small to see among all the others is judged.
 
     python -m bench.patches [--models qwen2.5-coder-0.5b-instruct gemma-3-270m] [--out docs/bench-patches.md]
-    python -m bench.patches --without common-chat-date-localtime-r --models gemma-3-270m --turns 145 \
-        --out docs/bench-patches-without.md
+    python -m bench.patches --without common-return-parser-object llama-sampling-grammar-waits \
+        --no-unpatched --models gemma-3-270m --out docs/bench-patches-leave-one-out.md
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ from oracle import KL_BOUND, divergence
 import pyshim
 from pyshim import models
 
-# The calls that must be cancelled pass ignore_eos: a model free to stop would sometimes answer in a
-# dozen tokens (qwen2.5 once refused in one sentence) and finish before the cancel arrives.
 LONG = user("Tell me a very long story about a lighthouse keeper and the sea, with many chapters.")
+# What a call that must be cancelled runs with: a model free to stop would sometimes answer in a dozen
+# tokens (qwen2.5 once refused in one sentence) and finish before the cancel arrives.
+UNENDING = {"max_tokens": 2000, "ignore_eos": True}
 
 
 def test_one_handle_from_several_threads_is_serialized(smol: pyshim.Model) -> None:
@@ -194,7 +195,7 @@ def test_cancel_from_another_thread_returns_promptly(smol: pyshim.Model) -> None
     timer = threading.Timer(0.3, smol.cancel)
     t0 = time.monotonic()
     timer.start()
-    r = smol.generate(LONG, max_tokens=2000, ignore_eos=True)
+    r = smol.generate(LONG, **UNENDING)
     elapsed = time.monotonic() - t0
     assert r["finish_reason"] == "cancelled"
     assert elapsed < 3.0
@@ -209,7 +210,7 @@ def test_cancel_with_nothing_running_does_not_affect_the_next_call(smol: pyshim.
 
 def test_timeout_ms_limits_a_call(smol: pyshim.Model) -> None:
     t0 = time.monotonic()
-    r = smol.generate(LONG, max_tokens=2000, timeout_ms=300, ignore_eos=True)
+    r = smol.generate(LONG, timeout_ms=300, **UNENDING)
     assert r["finish_reason"] == "cancelled"
     assert time.monotonic() - t0 < 3.0
     assert smol.generate(user("Say OK."), max_tokens=4)["n_decoded"] >= 1
@@ -232,7 +233,7 @@ def test_close_while_another_thread_generates(qwen_path: Path) -> None:
 
     def run() -> None:
         try:
-            out["result"] = m.generate(LONG, max_tokens=2000, ignore_eos=True)
+            out["result"] = m.generate(LONG, **UNENDING)
         except pyshim.ShimError as e:
             out["error"] = e
 
