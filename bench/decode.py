@@ -115,9 +115,9 @@ def report(data: dict[str, Any]) -> str:
         "call. A turn that counts in prose shows what carrying tools costs; a turn that answers with a "
         "tool call instead (fewer tokens decoded, last column) is constrained by the grammar at every "
         "token of the call, and the grammar ends it. Sampled modes run the sampler chain (top-p over the "
-        "vocabulary and the draw) for every token. Greedy reads the argmax straight from the logits: "
-        "without tools for every token, with tools until the model starts a call (the result's "
-        "`n_argmax`); from there the chain and the grammar choose.",
+        "vocabulary and the draw) for every token. Greedy without tools reads the argmax straight from "
+        "the logits for every token (the result's `n_argmax`); with tools the chain and the grammar "
+        "choose every token.",
         "",
         f"**{TWO_HANDLES}** is greedy on the same handle after the other modes, with a second handle of "
         "the same model open in the process and decoding 128 tokens between its calls. ggml computes with "

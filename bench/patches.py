@@ -10,8 +10,7 @@ Two workloads per model, greedy, 2 threads, on the agent conversation of ``bench
   template, parser), ``ms_template``, ``ms_tokenize``, ``ms_sampler`` -- the code the render,
   tokenizer and grammar-cache patches change (the model's time is the same in both builds).
 - **decode**: 64 tokens after the last tool result, tools offered (the lazy tool grammar waits),
-  end tokens ignored; tokens per second of decode wall. The flash-attention and grammar-waits
-  patches change it.
+  end tokens ignored; tokens per second of decode wall. The flash-attention patch changes it.
 
 Each build runs in a process of its own (``PYSHIM_LIB``), ``--rounds`` times, alternating;
 figures are medians over every call of every round, with p10-p90. ``--without NAME`` adds a
@@ -19,7 +18,7 @@ build with every patch but NAME (``build-without-NAME``, made if missing) and re
 the patched one alone, which is how a patch too small to see among all the others is judged.
 
     python -m bench.patches [--models qwen2.5-coder-0.5b-instruct gemma-3-270m] [--out docs/bench-patches.md]
-    python -m bench.patches --without common-return-parser-object llama-sampling-grammar-waits \
+    python -m bench.patches --without common-return-parser-object common-sampling-grammar-cache \
         --no-unpatched --models gemma-3-270m --out docs/bench-patches-leave-one-out.md
 """
 

@@ -492,8 +492,12 @@ EL_API const char *el_last_error(void);
 **                      see THREADS)
 **   n_argmax           of the tokens decoded, those chosen by reading the
 **                      argmax of the (biased) logits rather than through the
-**                      sampler chain: greedy decoding, with a lazy tool-call
-**                      grammar only until its trigger (since 1.6)
+**                      sampler chain: greedy decoding without a grammar. A
+**                      call with tools carries a (lazy) grammar, so it reads
+**                      0. Which tokens are read so is the library's choice,
+**                      not a promise: a library carrying the dropped
+**                      llama-sampling-grammar-waits patch also counted a
+**                      call's tokens before its grammar's trigger (1.6)
 **   n_drafted, n_accepted  tokens speculation drafted, and of those the ones
 **                      the call's own choice confirmed (1.10)
 **   abi_version        EL_ABI_VERSION

@@ -188,15 +188,6 @@ void use_grammar_cache(common_params_sampling & s, common_grammar_cache * cache)
 #endif
 }
 
-bool grammar_waits(const common_sampler * s) {
-#ifdef EL_PATCH_LLAMA_SAMPLING_GRAMMAR_WAITS
-    return common_sampler_grammar_waits(s);
-#else
-    (void) s;
-    return false;  // the sampler picks every token (the same token, more slowly)
-#endif
-}
-
 void rpc_require(const std::string & endpoint) {
 #ifndef EL_PATCH_GGML_RPC_NO_ABORT
     fail("\"rpc\" (" + endpoint +

@@ -5,7 +5,7 @@
 // subset of the patches. scripts/fetch_llama.py applies each patch that applies and CMake
 // defines EL_PATCH_<NAME> for each that did; this file (and only it) reads those defines. A
 // missing patch costs speed (a render from scratch, a grammar parsed per call, the parser
-// saved and loaded back, the sampler's full path), or refuses the one feature it makes safe
+// saved and loaded back), or refuses the one feature it makes safe
 // ("rpc" without ggml-rpc-no-abort; "deterministic" on the weight types llamafile's sgemm
 // takes without ggml-cpu-use-ref-no-sgemm), never a wrong answer. docs/patches.md lists them.
 #pragma once
@@ -57,8 +57,6 @@ uint64_t render_memo_hits();
 common_grammar_cache * grammar_cache_init();
 void                   grammar_cache_free(common_grammar_cache * cache);
 void                   use_grammar_cache(common_params_sampling & s, common_grammar_cache * cache);
-// llama-sampling-grammar-waits: whether the sampler would pick the argmax (false: ask it).
-bool grammar_waits(const common_sampler * s);
 
 // ---- ggml ----------------------------------------------------------------------------------
 // ggml-rpc-no-abort: without it a failed round trip aborts the process, so "rpc" is refused.

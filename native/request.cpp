@@ -509,12 +509,13 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
 // Greedy without a grammar: the sampler chain (logit bias and the model's suppressed
 // tokens, then top-k/top-p/min-p, then a temperature <= 0 that keeps only the maximum)
 // picks the argmax of the biased logits, so the decode loop reads it directly instead
-// of building and sorting a candidate array over the whole vocabulary. With a lazy
-// grammar (tools, tool_choice auto) the same holds for as long as the grammar waits for
-// its trigger, which the decode loop asks before each token (token_choice.cpp).
+// of building and sorting a candidate array over the whole vocabulary. With any grammar,
+// lazy ones (tools) included, the sampler picks every token: reading the argmax while a
+// lazy grammar waits for its trigger needed a patch whose gain no benchmark could show
+// (docs/patches.md, llama-sampling-grammar-waits, dropped).
 void set_greedy(const llama_vocab * vocab, Request & r) {
     const common_params_sampling & s = r.sampling;
-    r.greedy = s.temp <= 0 && !r.sampler_chain && (s.grammar.empty() || s.grammar_lazy);
+    r.greedy = s.temp <= 0 && !r.sampler_chain && s.grammar.empty();
     if (!r.greedy) {
         return;
     }

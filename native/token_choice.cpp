@@ -4,13 +4,12 @@
 //
 // Invariant: a token is chosen from the logits row of the call's own last evaluation,
 // under the handle's mutex, before any later batch can overwrite that row; greedy choice
-// reads the logits directly (also while a lazy tool-call grammar waits for its trigger)
-// and picks exactly what the full sampler chain would.
+// without a grammar reads the logits directly and picks exactly what the full sampler
+// chain would.
 
 #include "engine_call.h"
 
 #include "common.h"
-#include "patched.h"
 
 #include <algorithm>
 #include <cmath>
@@ -138,9 +137,8 @@ void Engine::choose_next(Prepared & p, int32_t row) {
     } else if (req.forced_only) {
         p.have_next = false;  // the forced text ends as if the model ended it
         return;
-    } else if (req.greedy && patched::grammar_waits(p.sampler.get())) {
-        // what common_sampler_sample would pick (no grammar, or one whose steps change nothing
-        // yet); a lazy grammar still sees the token, to watch for its trigger
+    } else if (req.greedy) {
+        // what common_sampler_sample would pick: there is no grammar (request.cpp, set_greedy)
         tok = argmax_token(req, row);
         common_sampler_accept(p.sampler.get(), tok, true);
         argmax = true;

@@ -215,22 +215,21 @@ def test_greedy_fast_path_picks_what_the_sampler_chain_picks(smol: pyshim.Model,
     "question",
     ["What is the weather in Paris right now?", "Write two sentences about rain. Do not call any tool."],
 )
-def test_greedy_with_tools_reads_the_argmax_only_until_the_grammar_triggers(qwen: pyshim.Model, question: str) -> None:
-    """With tools (a lazy tool-call grammar) greedy decoding reads the argmax while the grammar waits
-    for its trigger, and samples through the chain and the grammar from the trigger on: the same
-    reply, call and tokens as the full chain everywhere (n_argmax counts the fast path's tokens)."""
-    replies = []
-    for hooks in ({}, {"sampler_chain": True}):
-        qwen.reset()  # identical evaluations, so identical logits
-        r = qwen.generate(user(question), [WEATHER_TOOL], max_tokens=48, temperature=0, _test=hooks)
-        replies.append(r)
-    fast, chain = replies
-    for key in ("content", "n_decoded", "finish_reason"):
-        assert fast[key] == chain[key], key
-    assert [c["function"] for c in fast["tool_calls"]] == [c["function"] for c in chain["tool_calls"]]
-    assert chain["n_argmax"] == 0
-    if fast["tool_calls"]:
-        # the call's own tokens, from the trigger on, were sampled under the grammar
-        assert 0 < fast["n_argmax"] < fast["n_decoded"]
-    else:
-        assert fast["n_argmax"] == fast["n_decoded"] > 0
+def test_greedy_reads_the_argmax_only_without_a_grammar(qwen: pyshim.Model, question: str) -> None:
+    """Greedy decoding reads the argmax only where no grammar is carried; with tools (a lazy
+    tool-call grammar) the sampler picks every token, before the trigger too (docs/patches.md:
+    the patch that let it read the argmax there was dropped). Either way the reply, call and
+    tokens are the full chain's, and n_argmax counts the tokens read off the logits."""
+    replies = {}
+    for tools in ([WEATHER_TOOL], None):
+        for hooks in ({}, {"sampler_chain": True}):
+            qwen.reset()  # identical evaluations, so identical logits
+            r = qwen.generate(user(question), tools, max_tokens=48, temperature=0, _test=hooks)
+            replies[bool(tools), bool(hooks)] = r
+        fast, chain = replies[bool(tools), False], replies[bool(tools), True]
+        for key in ("content", "n_decoded", "finish_reason"):
+            assert fast[key] == chain[key], key
+        assert [c["function"] for c in fast["tool_calls"]] == [c["function"] for c in chain["tool_calls"]]
+        assert chain["n_argmax"] == 0
+    assert replies[True, False]["n_argmax"] == 0
+    assert replies[False, False]["n_argmax"] == replies[False, False]["n_decoded"] > 0

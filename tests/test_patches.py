@@ -87,7 +87,6 @@ def test_a_patch_that_does_not_apply_costs_itself_and_what_is_built_on_it(pristi
         "ggml-cpu-use-ref-no-sgemm",
         "llama-vocab-special-prefilter",
         "common-sampling-grammar-cache",
-        "llama-sampling-grammar-waits",
         "common-chat-date-localtime-r",
     } <= applied
     assert applied | refused == set(PATCHES) and not applied & refused
