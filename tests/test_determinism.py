@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 import pytest
-from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path, user
+from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, model_path, needs_patch, user
 from oracle import GREEDY, change, largest_difference, text
 
 import pyshim
@@ -70,6 +70,9 @@ def run_sequence(spec: str, words: int, deterministic: bool, seed: str) -> list[
         return out
 
 
+# Without ggml-cpu-use-ref-no-sgemm "deterministic" is refused for every model here (test_patches
+# checks the refusal); the rest of this file runs against the unpatched library too.
+@needs_patch("ggml-cpu-use-ref-no-sgemm")
 @pytest.mark.parametrize(("name", "spec", "words"), CASES, ids=[c[0] for c in CASES])
 def test_deterministic_calls_equal_a_fresh_handle_bit_for_bit(name: str, spec: str, words: int) -> None:
     steps = run_sequence(spec, words, deterministic=True, seed=f"determinism-{name}")
@@ -84,6 +87,7 @@ def test_without_the_option_the_same_sequence_differs() -> None:
     assert any(s[2] != 0.0 for s in steps), steps
 
 
+@needs_patch("ggml-cpu-use-ref-no-sgemm")
 def test_deterministic_settles_what_it_needs_and_refuses_what_breaks_it() -> None:
     path = model_path(GEMMA)
     with pyshim.Model(path, n_ctx=512, deterministic=True) as m:
