@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse bench-patches sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse bench-patches nopatch sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -63,8 +63,7 @@ build: venv
 # covers the dense, recurrent and hybrid layouts beside the sliding-window ones.
 NOPATCH_TESTS := tests/test_patches.py tests/test_render_exact.py tests/test_token_cache.py tests/test_tool_grammar.py \
                  tests/test_reuse.py tests/test_determinism.py
-test-nopatch: models
-	$(MAKE) build LLAMA_PATCHES=none BUILD=build-nopatch
+test-nopatch: models nopatch
 	PYSHIM_LIB=$(CURDIR)/build-nopatch/libel_shim.so $(PY) -m pytest $(NOPATCH_TESTS) -q
 
 models: venv
@@ -209,10 +208,23 @@ bench-door: build models
 	$(PY) -m bench.door --out docs/bench-door.md
 	$(PY) -m bench.door_routes --out docs/bench-door-routes.md
 
-# The patched library beside one built with no patches, alternating (docs/bench-patches.md).
-bench-patches: build models
+# The library built with no patch at all (build-nopatch/libel_shim.so).
+nopatch: venv
 	$(MAKE) build LLAMA_PATCHES=none BUILD=build-nopatch
+
+# The patched library beside one built with no patches, alternating (docs/bench-patches.md);
+# then each patch judged on its own (docs/patches.md, "Measured gains"): beside builds that
+# lack it (and, in the render chain, the patches that need it), made as build-without-NAME.
+PREPARE_CHAIN := common-shared-values-message-ids common-shared-values-last-message \
+                 common-shared-message-values common-render-memo-loops common-render-faster common-chat-analyse-once
+bench-patches: build models nopatch
 	$(PY) -m bench.patches --out docs/bench-patches.md
+	$(PY) -m bench.patches --without common-return-parser-object common-sampling-grammar-cache \
+	  --no-unpatched --models gemma-3-270m --out docs/bench-patches-leave-one-out.md
+	$(PY) -m bench.patches --without $(PREPARE_CHAIN) --no-unpatched --models gemma-3-270m --turns 145 \
+	  --out docs/bench-patches-chain.md
+	$(PY) -m bench.patches --without common-render-faster common-chat-analyse-once --no-unpatched \
+	  --models qwen2.5-coder-0.5b-instruct --out docs/bench-patches-analyse-once.md
 
 # Decode with and without self-speculation, beside llama-server's (docs/bench-speculative.md).
 bench-speculative: build models peers

@@ -14,7 +14,7 @@ Two workloads per model, greedy, 2 threads, on the agent conversation of ``bench
 
 Each build runs in a process of its own (``PYSHIM_LIB``), ``--rounds`` times, alternating;
 figures are medians over every call of every round, with p10-p90. ``--without NAME`` adds a
-build with every patch but NAME (``build-without-NAME``, made if missing) and reports it beside
+build with every patch but NAME (``build-without-NAME``, brought up to date by make) and reports it beside
 the patched one alone, which is how a patch too small to see among all the others is judged.
 
     python -m bench.patches [--models qwen2.5-coder-0.5b-instruct gemma-3-270m] [--out docs/bench-patches.md]
@@ -80,16 +80,15 @@ def spread(values: list[float]) -> str:
 
 
 def without(name: str) -> Path:
-    """The library with every patch but `name`, built if missing (make build LLAMA_PATCHES=...)."""
+    """The library with every patch but `name` (make build LLAMA_PATCHES=...). make runs every
+    time: a build left from an older tree or patch set is brought up to date, not measured."""
     names = sorted(p.stem for p in (ROOT / "native" / "patches").glob("*.patch"))
     if name not in names:
         sys.exit(f"no patch {name!r}; the patches are: {', '.join(names)}")
     build = f"build-without-{name}"
-    lib = ROOT / build / "libel_shim.so"
-    if not lib.exists():
-        wanted = ",".join(n for n in names if n != name)
-        subprocess.run(["make", "build", f"LLAMA_PATCHES={wanted}", f"BUILD={build}"], cwd=ROOT, check=True)
-    return lib
+    wanted = ",".join(n for n in names if n != name)
+    subprocess.run(["make", "build", f"LLAMA_PATCHES={wanted}", f"BUILD={build}"], cwd=ROOT, check=True)
+    return ROOT / build / "libel_shim.so"
 
 
 def measure(model: str, builds: dict[str, Path], turns: int, calls: int, rounds: int) -> dict[str, dict[str, Any]]:
