@@ -217,7 +217,8 @@ nopatch: venv
 # lack it (and, in the render chain, the patches that need it), made as build-without-NAME.
 PREPARE_CHAIN := common-shared-values-message-ids common-shared-values-last-message \
                  common-shared-message-values common-render-memo-loops common-render-faster common-chat-analyse-once
-bench-patches: build models nopatch
+bench-patches: build models
+	$(MAKE) nopatch
 	$(PY) -m bench.patches --out docs/bench-patches.md
 	$(PY) -m bench.patches --without common-return-parser-object common-sampling-grammar-cache \
 	  --no-unpatched --models gemma-3-270m --out docs/bench-patches-leave-one-out.md

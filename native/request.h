@@ -66,7 +66,7 @@ struct Request {
     // answer grammar when the first token the model would write unconstrained cannot open a
     // call (token_choice.cpp): forced to open with "{", small models write a call every time.
     std::string                  answer_grammar;
-    bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits while no grammar constrains it
+    bool                         greedy       = false;  // the sampler's choice is the argmax of the biased logits: no grammar
     std::vector<std::pair<llama_token, float>> greedy_bias;  // per token, summed: logit_bias and suppressed tokens
     bool                         cache_prompt = true;
     Speculation                  speculation;  // drafts offered (speculation.h); the handle's default

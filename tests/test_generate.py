@@ -218,8 +218,9 @@ def test_greedy_fast_path_picks_what_the_sampler_chain_picks(smol: pyshim.Model,
 def test_greedy_reads_the_argmax_only_without_a_grammar(qwen: pyshim.Model, question: str) -> None:
     """Greedy decoding reads the argmax only where no grammar is carried; with tools (a lazy
     tool-call grammar) the sampler picks every token, before the trigger too (docs/patches.md:
-    the patch that let it read the argmax there was dropped). Either way the reply, call and
-    tokens are the full chain's, and n_argmax counts the tokens read off the logits."""
+    the patch that let it read the argmax there was dropped). n_argmax, the tokens read off the
+    logits, is the check: 0 with tools, every token without; without tools the fast path must
+    also give the full chain's reply, call and tokens."""
     replies = {}
     for tools in ([WEATHER_TOOL], None):
         for hooks in ({}, {"sampler_chain": True}):
