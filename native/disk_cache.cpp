@@ -27,6 +27,12 @@
 #include <random>
 #include <system_error>
 
+#include <cerrno>
+#include <csignal>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+
 namespace el {
 
 namespace fs = std::filesystem;
@@ -203,11 +209,8 @@ bool DiskCache::put(const PromptCache::Saved & whole) {
     std::string toks(reinterpret_cast<const char *>(saved.tokens.data()), saved.tokens.size() * sizeof(llama_token));
     const std::string name = group(saved.owner) + "-" + digest(saved.owner.key() + '\0' + toks) + ".elpc";
     std::error_code ec;
-    // The files hold conversations' state: the directories are the owner's alone (the files
-    // inside inherit nothing, so they are kept unreadable through them).
-    if (fs::create_directories(dir_, ec)) {
-        fs::permissions(root_, fs::perms::owner_all, fs::perm_options::replace, ec);
-        fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
+    if (!make_dirs()) {
+        return false;
     }
     const fs::path final_path = fs::path(dir_) / name;
     if (fs::exists(final_path, ec)) {
@@ -216,38 +219,9 @@ bool DiskCache::put(const PromptCache::Saved & whole) {
     }
     thread_local std::mt19937_64 rng{std::random_device{}()};
     const fs::path tmp = fs::path(dir_) / (name + ".tmp" + std::to_string(rng()));
-    {
-        Writer w{std::ofstream(tmp, std::ios::binary | std::ios::trunc)};
-        w.raw(kMagic, 4, false);
-        w.raw(&kVersion, sizeof kVersion, false);
-        w.str(fingerprint_);
-        w.num<uint8_t>(saved.owner.scoped);
-        w.str(saved.owner.scope);
-        w.str(saved.owner.session);
-        w.num<uint64_t>(saved.tokens.size());
-        w.raw(toks.data(), toks.size());
-        w.num<uint32_t>((uint32_t) saved.checkpoints.size());
-        for (const Checkpoint & cp : saved.checkpoints) {
-            w.num<uint64_t>(cp.n_tokens);
-        }
-        w.num<uint64_t>(saved.data.size());
-        w.num<uint32_t>(crc32c(0, saved.data.data(), saved.data.size()));
-        for (const Checkpoint & cp : saved.checkpoints) {
-            w.num<uint64_t>(cp.data.size());
-            w.num<uint32_t>(crc32c(0, cp.data.data(), cp.data.size()));
-        }
-        const uint32_t crc = w.crc;
-        w.raw(&crc, sizeof crc, false);
-        w.raw(saved.data.data(), saved.data.size(), false);
-        for (const Checkpoint & cp : saved.checkpoints) {
-            w.raw(cp.data.data(), cp.data.size(), false);
-        }
-        w.out.flush();
-        if (!w.out) {
-            w.out.close();
-            fs::remove(tmp, ec);
-            return false;
-        }
+    if (!write(saved, toks, tmp.string())) {
+        fs::remove(tmp, ec);
+        return false;
     }
     fs::rename(tmp, final_path, ec);  // atomic: readers see the whole file or none
     if (ec) {
@@ -257,6 +231,110 @@ bool DiskCache::put(const PromptCache::Saved & whole) {
     written_++;
     keep_bound();
     return true;
+}
+
+// The files hold conversations' state: a directory the tier creates is the owner's alone (the
+// files inside inherit nothing, so they are kept unreadable through it). One that exists keeps
+// its mode: a shared or sticky directory the caller chose is the caller's policy, not ours.
+bool DiskCache::make_dirs() const {
+    std::error_code ec;
+    for (const fs::path & d : {fs::path(root_), fs::path(dir_)}) {
+        if (fs::is_directory(d, ec)) {
+            continue;
+        }
+        if (!d.parent_path().empty() && !fs::is_directory(d.parent_path(), ec)) {
+            fs::create_directories(d.parent_path(), ec);  // above cache_dir: the caller's, default mode
+        }
+        if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+            return false;
+        }
+    }
+    return true;
+}
+
+namespace {
+
+// Over RLIMIT_FSIZE a write raises SIGXFSZ, whose default action ends the process. While the
+// file is written the signal is blocked on this thread (it is sent to the thread that wrote),
+// the write then fails with EFBIG, and a signal left pending is consumed before the mask is
+// put back: the caller's own disposition is never changed.
+struct HoldFileSizeSignal {
+    sigset_t only{}, before{};
+    HoldFileSizeSignal() {
+        sigemptyset(&only);
+        sigaddset(&only, SIGXFSZ);
+        pthread_sigmask(SIG_BLOCK, &only, &before);
+    }
+    ~HoldFileSizeSignal() {
+        const timespec now{0, 0};
+        while (sigtimedwait(&only, nullptr, &now) == SIGXFSZ) {
+        }
+        pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    }
+};
+
+}  // namespace
+
+// The whole file under `tmp`; false if any byte could not be written.
+bool DiskCache::write(const PromptCache::Saved & saved, const std::string & toks, const std::string & tmp) const {
+    HoldFileSizeSignal hold;
+    Writer w{std::ofstream(tmp, std::ios::binary | std::ios::trunc)};
+    w.raw(kMagic, 4, false);
+    w.raw(&kVersion, sizeof kVersion, false);
+    w.str(fingerprint_);
+    w.num<uint8_t>(saved.owner.scoped);
+    w.str(saved.owner.scope);
+    w.str(saved.owner.session);
+    w.num<uint64_t>(saved.tokens.size());
+    w.raw(toks.data(), toks.size());
+    w.num<uint32_t>((uint32_t) saved.checkpoints.size());
+    for (const Checkpoint & cp : saved.checkpoints) {
+        w.num<uint64_t>(cp.n_tokens);
+    }
+    w.num<uint64_t>(saved.data.size());
+    w.num<uint32_t>(crc32c(0, saved.data.data(), saved.data.size()));
+    for (const Checkpoint & cp : saved.checkpoints) {
+        w.num<uint64_t>(cp.data.size());
+        w.num<uint32_t>(crc32c(0, cp.data.data(), cp.data.size()));
+    }
+    const uint32_t crc = w.crc;
+    w.raw(&crc, sizeof crc, false);
+    w.raw(saved.data.data(), saved.data.size(), false);
+    for (const Checkpoint & cp : saved.checkpoints) {
+        w.raw(cp.data.data(), cp.data.size(), false);
+    }
+    w.out.flush();
+    const bool ok = bool(w.out);
+    w.out.close();
+    return ok && !w.out.fail();
+}
+
+// An owner's files are those its group names; a session's own are told apart from its scope's
+// other sessions by the header.
+size_t DiskCache::forget(const Owner * owner, bool whole_scope) {
+    const std::string prefix = owner != nullptr ? group(*owner) + "-" : "";
+    std::error_code ec;
+    std::vector<fs::path> gone;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.compare(0, prefix.size(), prefix) != 0 || name.find(".elpc") == std::string::npos) {
+            continue;
+        }
+        if (owner != nullptr && !whole_scope && it->path().extension() == ".elpc") {
+            const std::optional<Header> h = read_header(it->path().string());
+            if (h && h->owner != *owner) {
+                continue;  // another session of the same scope
+            }
+        }
+        gone.push_back(it->path());  // a file not readable as ours is forgotten with its group
+    }
+    size_t n = 0;
+    for (const fs::path & p : gone) {
+        n += fs::remove(p, ec) ? 1 : 0;
+        headers_.erase(p.string());
+    }
+    forgotten_ += n;
+    return n;
 }
 
 // The fields before the state, read from the file's start; nothing for a file that is not
@@ -443,7 +521,7 @@ void DiskCache::keep_bound() const {
 
 json DiskCache::stats() const {
     return json{{"dir", dir_}, {"limit_bytes", limit_}, {"written", written_}, {"restored", restored_},
-                {"rejected", rejected_}};
+                {"rejected", rejected_}, {"forgotten", forgotten_}};
 }
 
 }  // namespace el

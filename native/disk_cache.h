@@ -8,7 +8,11 @@
 // magic); anything else is skipped as if absent, never loaded half. Files appear whole
 // (written to a temporary name, then renamed), so concurrent processes read either the old
 // file, the new one or none; the directory is kept under its byte bound by removing the
-// least recently used files (a use touches a file's mtime).
+// least recently used files (a use touches a file's mtime). What el_forget, el_forget_scope
+// and el_reset name is removed from disk too (forget()), so no later call of any handle of
+// this fingerprint restores it. Directories the tier creates are its owner's alone (0700);
+// existing ones keep their mode. A write that fails (a full disk, RLIMIT_FSIZE: SIGXFSZ is
+// held back and consumed on the writing thread) leaves no file and costs only speed.
 #pragma once
 
 #include "json_args.h"
@@ -43,7 +47,12 @@ class DiskCache {
     std::optional<PromptCache::Saved> best(const Owner & owner, const std::vector<llama_token> & prompt,
                                            size_t at_least, MemoryKind kind);
 
-    // {"dir", "limit_bytes", "written", "restored", "rejected"}
+    // Remove the entries of one owner, of every owner of its scope (whole_scope), or all of
+    // this fingerprint's when owner is null: what forget/reset drop in memory, on disk too.
+    // Returns how many files went.
+    size_t forget(const Owner * owner, bool whole_scope);
+
+    // {"dir", "limit_bytes", "written", "restored", "rejected", "forgotten"}
     json stats() const;
 
     static constexpr size_t kMinTokens = 32;
@@ -69,6 +78,8 @@ class DiskCache {
     // The state and, where `checkpoint` names one, that checkpoint; false unless both check out.
     bool read_body(const Header & h, std::optional<size_t> checkpoint, PromptCache::Saved & out) const;
     void keep_bound() const;
+    bool make_dirs() const;                          // root_ and dir_, new ones private
+    bool write(const PromptCache::Saved & saved, const std::string & toks, const std::string & tmp) const;
 
     struct Seen {
         uintmax_t             size = 0;
@@ -83,6 +94,7 @@ class DiskCache {
     uint64_t      written_  = 0;
     uint64_t      restored_ = 0;
     mutable uint64_t rejected_ = 0;  // files skipped: foreign, truncated, or failing the CRC
+    uint64_t      forgotten_ = 0;  // files removed by forget()
 };
 
 }  // namespace el

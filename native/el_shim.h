@@ -194,8 +194,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 11
-#define EL_ABI_VERSION "1.11"
+#define EL_ABI_VERSION_MINOR 12
+#define EL_ABI_VERSION "1.12"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -288,8 +288,11 @@ EL_API const char *el_build_info(void);
 **                  call whose prompt a file holds a longer prefix of than
 **                  the slots and host memory do starts from it (result
 **                  "restored_from_disk"), in this process or another. An
-**                  entry is used only by a handle of the same model file
-**                  (size, mtime, what llama.cpp read) and the same settings
+**                  entry is used only by a handle of the same model content
+**                  (the file's SHA-256, computed at the first open and kept
+**                  in ".NAME.el-sha256" beside it, else under cache_dir;
+**                  believed only while the file's inode, size, mtime and
+**                  ctime are unchanged; 1.12) and the same settings
 **                  that shape the state (n_ctx, n_ubatch, swa_full, flash
 **                  attention in use, deterministic, devices, build), for an
 **                  owner that could read it in memory (its own session, or
@@ -299,7 +302,13 @@ EL_API const char *el_build_info(void);
 **                  starts from); any other file is ignored.
 **                  Files are written whole (temporary name, then rename), so
 **                  processes may share the directory; files are readable by
-**                  whoever can read the directory: keep it private (1.11)
+**                  whoever can read the directory. Directories the tier
+**                  creates are mode 0700; an existing one keeps its mode
+**                  (1.12). A write that fails (full disk, RLIMIT_FSIZE:
+**                  SIGXFSZ is blocked on the writing thread and consumed)
+**                  leaves no file and no signal behind. el_reset,
+**                  el_forget and el_forget_scope remove the entries they
+**                  name from the directory too (1.12) (1.11)
 **   disk_cache_mib bound on cache_dir's entries, least recently used go
 **                  first (1.11)                                    (1024)
 **   scope          the trust scope of calls that name none (a string of
@@ -626,7 +635,8 @@ EL_API int el_cancel_request(el_handle *handle, const char *request_id);
 
 /*
 ** el_reset: drop everything cached for this handle (KV cache, checkpoints,
-** host-memory state cache, session pins),
+** host-memory state cache, session pins, and the disk tier's entries of its
+** model and settings, which any handle could restore; 1.12),
 ** so that nothing of one conversation can influence the next. It does not
 ** wait for calls in progress: they finish as they would, and the slot each
 ** runs on is cleared as it ends, so no call that begins after el_reset
@@ -637,7 +647,8 @@ EL_API int el_reset(el_handle *handle);
 
 /*
 ** el_forget: drop what is cached for one session (its slot's KV cache,
-** checkpoints and any host-memory copy, the messages and prompts it sent as
+** checkpoints, any host-memory copy and its disk-tier files (1.12), the
+** messages and prompts it sent as
 ** read and tokenized), or everything when session is NULL. The chat
 ** template's values of every session's messages go too (they are rebuilt on
 ** each session's next call).

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "common.h"
 #include "embedding.h"
+#include "model_identity.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -84,12 +85,15 @@ void Engine::open(const char * config_json) {
     MemoryKind kind = MemoryKind::Trimmable;
     if (llama_model_is_recurrent(model_) || llama_model_is_hybrid(model_)) {
         kind = MemoryKind::Recurrent;
-    } else if (n_swa > 0 && !cfg_.swa_full) {
-        kind = MemoryKind::SlidingWindow;
+    } else if (n_swa > 0) {
+        kind = cfg_.swa_full ? MemoryKind::FullWindow : MemoryKind::SlidingWindow;
     }
     slots_ = std::make_unique<Slots>(ctx_, kind, n_swa, cfg_.n_checkpoints, cfg_.n_seq, cfg_.state_cache_mib);
     if (!cfg_.cache_dir.empty() && cfg_.disk_cache_mib > 0) {
-        slots_->set_disk(std::make_unique<DiskCache>(cfg_.cache_dir, (size_t) cfg_.disk_cache_mib << 20, fingerprint()));
+        // No identity (the file could not be read whole): no disk tier, rather than a guess.
+        if (const std::string print = fingerprint(); !print.empty()) {
+            slots_->set_disk(std::make_unique<DiskCache>(cfg_.cache_dir, (size_t) cfg_.disk_cache_mib << 20, print));
+        }
     }
     // Every evaluation runs on the handle's evaluator thread, with one slot too (scheduler.h).
     sched_ = std::make_unique<Scheduler>(mu, (size_t) cfg_.n_seq, (size_t) cfg_.n_batch,
@@ -174,17 +178,19 @@ void Engine::create_context() {
     batch_ = llama_batch_init(cfg_.n_batch, 0, 1);
 }
 
-// What a sequence's saved state depends on, beyond its tokens: the model file (its size and
-// modification time, and what llama.cpp read from it), the build, and the settings that change
-// the cache's layout or its values (the kernels that computed them, the cells a slot has).
-// A disk-tier entry is used only where all of it is equal (disk_cache.h).
+// What a sequence's saved state depends on, beyond its tokens: the model file (the SHA-256 of
+// its content: a file with other weights at the same size and mtime is another model,
+// model_identity.h), the build, and the settings that change the cache's layout or its
+// values (the kernels that computed them, the cells a slot has). A disk-tier entry is used
+// only where all of it is equal (disk_cache.h). "" when the file cannot be digested.
 std::string Engine::fingerprint() const {
-    std::error_code ec;
-    const auto size  = std::filesystem::file_size(cfg_.model, ec);
-    const auto mtime = std::filesystem::last_write_time(cfg_.model, ec).time_since_epoch().count();
+    const std::string sha256 = model_digest(cfg_.model, cfg_.cache_dir);
+    if (sha256.empty()) {
+        return "";
+    }
     char desc[256];
     llama_model_desc(model_, desc, sizeof(desc));
-    return json{{"size", size}, {"mtime", mtime}, {"desc", desc}, {"n_params", llama_model_n_params(model_)},
+    return json{{"sha256", sha256}, {"desc", desc}, {"n_params", llama_model_n_params(model_)},
                 {"build", json::parse(patched::build_info())}, {"n_ctx", n_ctx_},
                 {"n_ubatch", std::min(cfg_.n_batch, 512)}, {"swa_full", cfg_.swa_full},
                 {"flash_attn", context_uses_flash_attn(ctx_)}, {"deterministic", cfg_.deterministic},

@@ -28,7 +28,7 @@ size_t PromptCache::prepare(const std::vector<llama_token> & prompt, UnsafeReuse
         keep_prefix(n);
         return n;
     }
-    if (kind_ != MemoryKind::Recurrent && trim_to(n)) {
+    if (kind_ != MemoryKind::Recurrent && trim_to(n)) {  // a full window only where it was evaluated
         return n;
     }
     return restore_checkpoint(n);
@@ -68,6 +68,16 @@ size_t reusable(MemoryKind kind, const std::vector<llama_token> & tokens, const 
     return best;
 }
 
+size_t PromptCache::reusable(const std::vector<llama_token> & prompt) const {
+    const size_t copy = el::reusable(kind_, tokens_, checkpoints_, prompt);
+    if (kind_ != MemoryKind::FullWindow || prompt.empty()) {
+        return copy;
+    }
+    const size_t    n       = std::min(common_prefix(tokens_, prompt), prompt.size() - 1);
+    const llama_pos pos_min = llama_memory_seq_pos_min(llama_get_memory(ctx_), seq_);
+    return pos_min <= std::max<llama_pos>(0, (llama_pos) n - n_swa_) ? n : copy;
+}
+
 size_t checkpoint_bytes(const std::deque<Checkpoint> & checkpoints) {
     size_t total = 0;
     for (const auto & c : checkpoints) {
@@ -88,7 +98,7 @@ bool PromptCache::holds_exactly(size_t n) const {
     if (pos_max != (llama_pos) n - 1) {
         return false;
     }
-    if (kind_ == MemoryKind::SlidingWindow && n > 0) {
+    if ((kind_ == MemoryKind::SlidingWindow || kind_ == MemoryKind::FullWindow) && n > 0) {
         const llama_pos pos_min = llama_memory_seq_pos_min(mem, seq_);
         return pos_min <= std::max<llama_pos>(0, (llama_pos) n - n_swa_);
     }

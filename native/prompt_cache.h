@@ -33,8 +33,14 @@ size_t checkpoint_bytes(const std::deque<Checkpoint> & checkpoints);
 
 // How a model's memory can be rolled back to a prefix.
 enum class MemoryKind {
-    Trimmable,      // dense KV cache (or SWA with a full-size cache): seq_rm is exact
+    Trimmable,      // dense KV cache: seq_rm is exact
     SlidingWindow,  // SWA cache: seq_rm succeeds but the window may have evicted what we need
+    // SWA with a full-size cache (swa_full): seq_rm is exact on what was evaluated in place,
+    // but a saved state (llama_state_seq_get_data) leaves out the cells already outside the
+    // window, so a copy restored from host memory, the disk tier or another slot holds only
+    // the window: it serves a prompt that extends it, or a checkpoint (issue 54: on Gemma 4,
+    // window 32 in the tiny model, a restored prefix trimmed back differed from a fresh one).
+    FullWindow,
     Recurrent,      // recurrent or hybrid: the state cannot be trimmed per token
 };
 
@@ -73,7 +79,8 @@ class PromptCache {
     size_t prepare(const std::vector<llama_token> & prompt, UnsafeReuse unsafe = UnsafeReuse::None);
 
     bool wants_checkpoints() const { return kind_ != MemoryKind::Trimmable && max_checkpoints_ > 0; }
-    bool trimmable() const { return kind_ == MemoryKind::Trimmable; }
+    // Whether seq_rm may cut it (holds_exactly() still decides whether the cut kept enough).
+    bool trimmable() const { return kind_ == MemoryKind::Trimmable || kind_ == MemoryKind::FullWindow; }
 
     // Remove the last n tokens from the cache and the mirror (a rejected draft); only where
     // the cache is trimmable. False when the memory refused, and then the caller clears.
@@ -92,8 +99,11 @@ class PromptCache {
     const std::deque<Checkpoint> & checkpoints() const { return checkpoints_; }
     MemoryKind kind() const { return kind_; }
 
-    // reusable() for this cache.
-    size_t reusable(const std::vector<llama_token> & prompt) const {
+    // reusable() for this cache, where it is: a full-size window evaluated in place may also
+    // be trimmed (what a copy of it could not).
+    size_t reusable(const std::vector<llama_token> & prompt) const;
+    // reusable() for a copy of this cache loaded elsewhere (Slots::share).
+    size_t copy_reusable(const std::vector<llama_token> & prompt) const {
         return el::reusable(kind_, tokens_, checkpoints_, prompt);
     }
     size_t checkpoint_bytes() const;

@@ -71,7 +71,7 @@ bool Slots::share(size_t slot, const std::vector<llama_token> & prompt) {
     const Slot * from_slot = nullptr;
     const PromptCache::Saved * from_host = nullptr;
     for (const Slot & s : slots_) {
-        const size_t n = &s == &dst || s.busy || !s.owner.shares_with(dst.owner) ? 0 : s.cache->reusable(prompt);
+        const size_t n = &s == &dst || s.busy || !s.owner.shares_with(dst.owner) ? 0 : s.cache->copy_reusable(prompt);
         if (n > best) {
             best = n, from_slot = &s;
         }
@@ -273,6 +273,9 @@ void Slots::forget(const Owner * owner, bool whole_scope) {
         } else {
             ++it;
         }
+    }
+    if (disk_ != nullptr) {
+        disk_->forget(owner, whole_scope);  // or the next handle, or this one, restores it
     }
 }
 

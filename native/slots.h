@@ -72,8 +72,9 @@ class Slots {
     PromptCache & cache(size_t i) { return *slots_[i].cache; }
     size_t        size() const { return slots_.size(); }
 
-    // Drop what is cached for one owner (its slot and host copies), for every owner of a
-    // scope (whole_scope), or for all when NULL; a busy slot is cleared when its call settles.
+    // Drop what is cached for one owner (its slot, host copies and disk-tier files), for every
+    // owner of a scope (whole_scope), or for all when NULL; a busy slot is cleared when its
+    // call settles.
     void forget(const Owner * owner, bool whole_scope = false);
 
     // Clear every slot's memory (before the context is freed).

@@ -34,6 +34,8 @@ CASES = [
     ("mamba", "tiny:mamba", 40),
     ("hybrid", "tiny:hybrid", 40),
     ("qwen35", "tiny:qwen35", 20),
+    ("gemma4", "tiny:gemma4", 20),
+    ("lfm2", "tiny:lfm2", 20),
 ]
 EXACT = {"n_ctx": 2048, "temperature": 0, "deterministic": True}
 
