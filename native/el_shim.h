@@ -362,7 +362,23 @@ EL_API const char *el_last_error(void);
 **                          call (not a control token, whitespace, or text
 **                          starting with { [ ` <), the answer is constrained
 **                          to the schema alone. A JSON answer that is also a
-**                          valid call object is read as the call
+**                          valid call object is read as the call.
+**                          Every keyword of the schema is enforced by the
+**                          grammar or the call fails before it starts, with
+**                          an error naming the schema path (1.12): patterns
+**                          must be anchored (^...$) and in the supported
+**                          regex subset (\d \w \s and escaped punctuation
+**                          are rewritten to classes; lookarounds, \p, \b,
+**                          lazy quantifiers are refused); formats other than
+**                          date, time, date-time and uuid, bounds on
+**                          non-integers, pattern beside min/maxLength, and
+**                          not/if/uniqueItems/multipleOf/patternProperties
+**                          and the like are refused. So is what would make
+**                          each token's choice costly: a regex repeating a
+**                          part that can match nothing ((a?){200}), counts
+**                          past 2000, more than 1024 values in an enum or
+**                          2048 in a schema. A tool's parameters are held to
+**                          the cost limits only (native/grammar_limits.h)
 **     logprobs, top_logprobs
 **                          return per-token log probabilities (up to 20
 **                          alternatives each)

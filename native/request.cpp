@@ -7,6 +7,7 @@
 #include "request.h"
 
 #include "common.h"
+#include "grammar_limits.h"
 #include "json-schema-to-grammar.h"
 #include "json_args.h"
 #include "messages.h"
@@ -49,6 +50,9 @@ void check_tools(const json & tools) {
         const json * params = find(fn, "parameters");
         if (params != nullptr && !params->is_object()) {
             fail(where + ".function.parameters must be a JSON schema object");
+        }
+        if (params != nullptr) {
+            check_grammar_limits(*params, where + ".function.parameters", false);  // cost only
         }
         get_string(fn, "description", "");
     }
@@ -342,6 +346,10 @@ json read_response_format(const json & opt) {
         }
         if (!schema.is_null() && !schema.is_object()) {
             fail("\"response_format\" schema must be a JSON object");
+        }
+        if (!schema.is_null()) {  // what the grammar would drop or could not afford is refused here
+            schema = enforceable_schema(schema, type == "json_schema" ? "response_format.json_schema.schema"
+                                                                      : "response_format.schema");
         }
     }
     return schema;
