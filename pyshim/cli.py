@@ -190,6 +190,22 @@ def add_serve_parser(sub: Any) -> None:
     ps.add_argument("--api-key-file", help="accept the keys in this file, one per line (# comments)")
     ps.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
     ps.add_argument("--max-queue", type=int, default=16, help="requests waiting for the model; more get 503")
+    ps.add_argument(
+        "--max-per-client",
+        type=int,
+        help="requests one key (or address, without keys) may have in flight; more get 429 "
+        "(default with several keys: running slots plus --max-queue, shared among them; else none)",
+    )
+    ps.add_argument(
+        "--max-connections", type=int, default=512, help="open connections; a new one past it is closed at once"
+    )
+    ps.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request (headers and body) may take to arrive, from the connection or the last response",
+    )
+    ps.add_argument("--idle-timeout", type=int, default=15, help="seconds an idle keep-alive connection stays open")
     ps.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
     ps.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     for flag, kind, text in OPEN_FLAGS:
@@ -244,6 +260,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_keys=api_keys(args),
         max_request_bytes=args.max_request_bytes,
         max_queue=args.max_queue,
+        max_per_client=args.max_per_client,
+        max_connections=args.max_connections,
+        request_timeout=args.request_timeout,
+        idle_timeout=args.idle_timeout,
         cors_origins=args.cors_origin,
         log_level=args.log_level,
         answer_repeats=args.answer_repeats,

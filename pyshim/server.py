@@ -38,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
+from .door_limits import PerClientLimit, bounded_protocol
 from .errors import ContextFull, InvalidRequest
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
@@ -62,9 +63,28 @@ class Settings:
     api_keys: list[str] = field(default_factory=list)  # more keys (--api-key repeated, --api-key-file)
     max_request_bytes: int = 4 * 1024 * 1024
     max_queue: int = 16
+    # door_limits.py: a request must arrive whole within request_timeout s; idle keep-alive
+    # connections close after idle_timeout s; at most max_connections are open and
+    # max_per_client requests in flight per key (or address, without one)
+    request_timeout: float = 30.0
+    idle_timeout: int = 15
+    max_connections: int = 512
+    max_per_client: int | None = None  # None: the door's capacity shared among its keys (per_client_limit)
     cors_origins: list[str] = field(default_factory=list)
     log_level: str = "info"
     answer_repeats: bool = True  # see _generate
+
+
+def per_client_limit(settings: Settings) -> int:
+    """Requests one client may have in flight (0: no bound): as set, else, with several keys,
+    the door's capacity (slots and queue) divided among them, rounded up, so that each tenant
+    keeps a share however busy another is. One key, or none: no bound of its own (the queue's
+    503 still holds)."""
+    if settings.max_per_client is not None:
+        return settings.max_per_client
+    n_keys = len(accepted_keys(settings))
+    capacity = max(1, int(settings.config.get("n_seq", 1))) + settings.max_queue
+    return -(-capacity // n_keys) if n_keys > 1 else 0
 
 
 def accepted_keys(settings: Settings) -> list[str]:
@@ -560,7 +580,10 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         if door.model is not None:
             await asyncio.to_thread(door.model.close)
 
-    middleware = [Middleware(MetricsMiddleware, metrics=door.metrics)]
+    middleware = [
+        Middleware(PerClientLimit, limit=per_client_limit(settings)),
+        Middleware(MetricsMiddleware, metrics=door.metrics),
+    ]
     if settings.cors_origins:
         middleware.append(
             Middleware(
@@ -597,8 +620,17 @@ def serve(settings: Settings) -> int:
     """Run the server until interrupted. Returns the process exit code (1 if the model failed to load)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(settings)
+    http = bounded_protocol(request_timeout=settings.request_timeout, max_connections=settings.max_connections)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on")
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            lifespan="on",
+            http=http,
+            timeout_keep_alive=settings.idle_timeout,
+        )
     )
     door: Door = app.state.door
 

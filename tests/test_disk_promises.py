@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import GEMMA, ROOT, SMOL, model_path, needs_patch, user
-from oracle import GREEDY, largest_difference, text
+from oracle import GREEDY, KL_BOUND, divergence, largest_difference, text
 
 import pyshim
 
@@ -71,6 +71,32 @@ def test_a_conversation_restored_from_disk_turn_by_turn_equals_a_fresh_handle(
             )
             restored.append(got["restored_from_disk"] and got["n_reused"] > 0)
             msgs.append({"role": "assistant", "content": mine["content"] or "ok"})
+    assert sum(restored) >= 2, f"{name}: the later handles did not start from the disk tier: {restored}"
+
+
+# The windowed sliding-window caches (swa_full false), where "deterministic" is refused: the
+# same scenario under the KL oracle (docs/reuse.md), which sees gross damage such as a window
+# that lost what the next position attends to.
+WINDOWED = [("gemma-swa", GEMMA, 60), ("gemma4-swa", "tiny:gemma4", 15)]
+
+
+@pytest.mark.parametrize(("name", "spec", "words"), WINDOWED, ids=[c[0] for c in WINDOWED])
+def test_a_windowed_conversation_restored_from_disk_stays_within_the_kl_bound(
+    name: str, spec: str, words: int, tmp_path: Path
+) -> None:
+    path = model_path(spec)
+    config = {"n_ctx": 2048, "temperature": 0, "swa_full": False}
+    rng = random.Random(f"disk-windowed-{name}")
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are terse. " + text(rng, words * 2)}]
+    restored = []
+    with pyshim.Model(path, cache_dir=None, **config) as fresh:
+        for turn in range(4):
+            msgs.extend(user(text(rng, words)))
+            with pyshim.Model(path, cache_dir=str(tmp_path), **config) as later:
+                d, got = divergence(later, fresh, msgs, max_tokens=4)
+            assert d < KL_BOUND, f"{name} turn {turn}: KL {d:.4f} (n_reused {got['n_reused']}/{got['n_prompt']})"
+            restored.append(got["restored_from_disk"] and got["n_reused"] > 0)
+            msgs.append({"role": "assistant", "content": got["content"] or "ok"})
     assert sum(restored) >= 2, f"{name}: the later handles did not start from the disk tier: {restored}"
 
 

@@ -32,6 +32,8 @@ CASES = [
     ("mamba", "tiny:mamba", 40),
     ("hybrid", "tiny:hybrid", 40),
     ("qwen35", "tiny:qwen35", 20),
+    ("gemma4", "tiny:gemma4", 20),  # a full-size window whose copy holds only the window (issue 54)
+    ("lfm2", "tiny:lfm2", 20),
 ]
 STALE = {"kind": "stale", "at": 30}  # one wrong token inside the shared prefix
 

@@ -1,0 +1,102 @@
+"""The door's bounds on connections and clients (issue 54, item 9; pyshim/door_limits.py), on a
+real server: a connection that sends nothing, or half a request, is closed after
+--request-timeout; connections past --max-connections are closed at once, and /health still
+answers meanwhile; a client past --max-per-client gets 429 in the API's shape while another
+key's request goes through. Before the change 200 idle or half-sent connections stayed open
+after 90 s, and one keyless client could hold every file descriptor."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from conftest import SMOL
+
+KEYS = ("key-a", "key-b")
+
+
+@pytest.fixture(scope="module")
+def url(start_server: Any) -> str:
+    return str(
+        start_server(
+            SMOL, "--n-ctx", "1024", "--n-seq", "2", "--temperature", "0", "--api-key", KEYS[0], "--api-key", KEYS[1],
+            "--request-timeout", "2", "--max-connections", "40", "--max-per-client", "1",
+        )
+    )  # fmt: skip
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s
+
+
+def outcome(s: socket.socket, within: float) -> str:
+    """What the server did with the connection within the time: "closed", "answered" (an HTTP
+    response came, such as a 429), or nothing yet ("open")."""
+    s.settimeout(within)
+    try:
+        return "closed" if s.recv(1024) == b"" else "answered"
+    except TimeoutError:
+        return "open"
+    except ConnectionResetError:
+        return "closed"
+
+
+def test_silent_and_half_sent_connections_are_closed_and_the_cap_holds(url: str) -> None:
+    silent = [connect(url) for _ in range(30)]
+    half = [connect(url) for _ in range(5)]
+    for s in half:
+        s.sendall(  # a tenant's request whose body never ends: the app is waiting for it
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-a\r\n"
+            b'Content-Length: 100\r\n\r\n{"mod'
+        )
+    time.sleep(0.3)
+    over = [connect(url) for _ in range(10)]  # 45 in all: the last ones are past the cap of 40
+    assert sum(outcome(s, 0.5) == "closed" for s in over) >= 5
+    t0 = time.monotonic()
+    silent_end = [outcome(s, 5) for s in silent]
+    half_end = [outcome(s, 5) for s in half]
+    assert time.monotonic() - t0 < 6
+    assert silent_end == ["closed"] * len(silent), silent_end
+    # the first holds key-a's one request in flight until its body times out; the others get 429
+    assert half_end[0] == "closed" and "open" not in half_end, half_end
+    for s in silent + half + over:
+        s.close()
+    assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # the door is free again
+
+
+def test_a_client_past_its_bound_gets_429_and_another_key_is_served(url: str) -> None:
+    a = openai.OpenAI(base_url=f"{url}/v1", api_key=KEYS[0], max_retries=0, timeout=60)
+    b = openai.OpenAI(base_url=f"{url}/v1", api_key=KEYS[1], max_retries=0, timeout=60)
+    msgs: Any = [{"role": "user", "content": "Count to fifty."}]
+    started = threading.Event()
+    done: list[Any] = []
+
+    def long_stream() -> None:
+        stream = a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=200, stream=True,
+                                           extra_body={"ignore_eos": True})  # fmt: skip
+        for _ in stream:
+            started.set()
+        done.append(True)
+
+    t = threading.Thread(target=long_stream)
+    t.start()
+    assert started.wait(60)
+    with pytest.raises(openai.RateLimitError) as e:
+        a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2)
+    assert e.value.status_code == 429 and "in flight" in str(e.value)
+    with pytest.raises(anthropic.RateLimitError):
+        anthropic.Anthropic(base_url=url, api_key=KEYS[0], max_retries=0).messages.create(
+            model=SMOL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+        )
+    assert b.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2).choices  # the other tenant
+    t.join(120)
+    assert done
+    assert a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2).choices  # its turn again
