@@ -159,7 +159,7 @@ def gate(model: Model) -> Gate:
 
 async def agenerate(
     model: Model,
-    messages: Sequence[Message],
+    messages: str | Sequence[Message],
     tools: Sequence[ToolSpec] | None = None,
     *,
     on_delta: Callable[[Delta], object] | None = None,
@@ -234,7 +234,7 @@ class AsyncStream:
 
     _END = object()
 
-    def __init__(self, model: Model, messages: Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
+    def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
         self._args = (model, messages, tools, options)
         self._task: asyncio.Task[Result] | None = None
@@ -300,7 +300,7 @@ class AsyncStream:
 
 
 def astream(
-    model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+    model: Model, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
 ) -> AsyncStream:
     """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
     return AsyncStream(model, messages, tools, options)

@@ -26,6 +26,14 @@ class ModelLoadError(ShimError):
     """el_open refused the configuration or the model file."""
 
 
+class ModelFileNotFound(ModelLoadError, FileNotFoundError):
+    """The model file does not exist (``errno`` ENOENT, ``filename`` the path)."""
+
+
+class InvalidConfig(ModelLoadError, TypeError):
+    """A keyword ``Model`` (el_open) does not take, as Python reports an unexpected keyword."""
+
+
 class UnknownModel(ShimError, LookupError):
     """A model name that is neither a catalogue entry nor a file."""
 
@@ -56,6 +64,13 @@ class AgentError(ShimError):
     def __init__(self, message: str, result: AgentResult, *args: Any) -> None:
         super().__init__(message, *args)
         self.result = result
+
+
+def open_error(message: str) -> ModelLoadError:
+    """el_open's refusal as the exception a caller expects: an unknown keyword is a TypeError."""
+    if message.startswith("unknown config key"):
+        return InvalidConfig(message)
+    return ModelLoadError(message)
 
 
 def error_for(message: str) -> ShimError:

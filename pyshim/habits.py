@@ -35,6 +35,14 @@ def _renamed(options: dict[str, Any], habit: str, ours: str) -> None:
     options[ours] = value
 
 
+def conversation(messages: str | Iterable[Any]) -> list[Any]:
+    """The messages as a list; a string is one user message (as ``Agent.run`` and most chat
+    libraries take it), not a sequence of characters."""
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return list(messages)
+
+
 def generate_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``generate``'s keyword options with OpenAI's habits mapped onto the library's names."""
     out = {k: v for k, v in options.items() if k not in IGNORED_OPTIONS}

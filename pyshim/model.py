@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from . import _sigint, habits, models
 from ._call import DONE, Call, run_in_worker, take_result
 from ._lib import c_bytes, encode, encode_messages, ffi, lib, read_json, take_json
-from .errors import ClosedModel, ModelLoadError
+from .errors import ClosedModel, ModelFileNotFound, open_error
 
 if TYPE_CHECKING:
     from .aio import AsyncStream
@@ -143,10 +144,12 @@ class Model(_Closes):
             if config[key] is None:
                 del config[key]
         self.path = models.path(model)
+        if not self.path.exists():
+            raise ModelFileNotFound(errno.ENOENT, f"no model file at {self.path}", str(self.path))
         self.config = {"model": str(self.path), **config}
         handle = lib().el_open(encode(self.config))
         if handle == ffi.NULL:
-            raise ModelLoadError(json.loads(c_bytes(lib().el_last_error()).decode())["error"])
+            raise open_error(json.loads(c_bytes(lib().el_last_error()).decode())["error"])
         self._handle: Any = handle
         self._calls: weakref.WeakSet[Call] = weakref.WeakSet()  # streams in flight, stopped by close()
 
@@ -170,13 +173,14 @@ class Model(_Closes):
 
     def generate(
         self,
-        messages: Sequence[Message],
+        messages: str | Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
         *,
         on_delta: Callable[[Delta], object] | None = None,
         **options: Any,
     ) -> Result:
-        """One assistant turn: OpenAI-style messages and tools in, a result dict out.
+        """One assistant turn: OpenAI-style messages (or one user message as a string) and tools
+        in, a result dict out.
 
         Options are those of ``el_generate`` (``max_tokens``, ``temperature``,
         ``tool_choice``, ``response_format``, ``stop``, ``logprobs``, ...), and what OpenAI's
@@ -196,7 +200,9 @@ class Model(_Closes):
                     return _generate_here(args, on_delta)
         return run_in_worker(self.handle, args, request_id, on_delta)
 
-    def _args(self, messages: Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
+    def _args(
+        self, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], str]:
         """The C arguments, and the call's ``request_id`` (the caller's, or a fresh one) by
         which this call alone can be stopped."""
         options = habits.generate_options(options)
@@ -204,12 +210,12 @@ class Model(_Closes):
         options = {**options, "request_id": request_id}
         schemas = habits.tool_schemas(tools)
         tools_json = encode(schemas) if schemas else ffi.NULL
-        args = (self.handle, encode_messages(list(messages)), tools_json, encode(options))
+        args = (self.handle, encode_messages(habits.conversation(messages)), tools_json, encode(options))
         return args, request_id
 
     def stream(
         self,
-        messages: Sequence[Message],
+        messages: str | Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
         **options: Any,
     ) -> Stream:
@@ -224,7 +230,7 @@ class Model(_Closes):
 
     def chat_completion(
         self,
-        messages: Sequence[Message],
+        messages: str | Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
         **options: Any,
     ) -> Any:
@@ -287,7 +293,7 @@ class Model(_Closes):
     # -- asyncio (pyshim.aio) ------------------------------------------------
 
     async def agenerate(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+        self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
     ) -> Result:
         """``generate`` as a coroutine; cancelling the awaiting task cancels the generation."""
         from .aio import agenerate
@@ -295,7 +301,7 @@ class Model(_Closes):
         return await agenerate(self, messages, tools, **options)
 
     def astream(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+        self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
     ) -> AsyncStream:
         """``async for delta in model.astream(...)``; the final result is ``.result`` afterwards."""
         from .aio import astream
@@ -312,7 +318,7 @@ class Stream(_Closes):
     finished stream again yields nothing.
     """
 
-    def __init__(self, model: Model, messages: Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
+    def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
         # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
         args, request_id = model._args(messages, tools, options)
@@ -376,6 +382,6 @@ def default_model() -> Model:
         return _default
 
 
-def generate(messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any) -> Result:
+def generate(messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any) -> Result:
     """``Model.generate`` on the process-wide default model, opened on first use."""
     return default_model().generate(messages, tools, **options)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
 import typing
 
 import pytest
@@ -90,3 +91,17 @@ def test_every_public_signature_has_readable_type_hints() -> None:
                     except Exception as e:
                         failures.append(f"{name}.{attr}: {getattr(t, '__name__', t)}: {e!r}")
     assert failures == []
+
+
+def test_errors_in_pythons_habits(smol: pyshim.Model, tmp_path: pathlib.Path) -> None:
+    """Issue 57, item 7: a missing file is a FileNotFoundError, an unknown keyword a TypeError,
+    and a string is one user message (as Agent.run takes it), not a list of characters."""
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(FileNotFoundError) as e:
+        pyshim.Model(missing)
+    assert isinstance(e.value, pyshim.ModelLoadError) and e.value.filename == str(missing)
+    with pytest.raises(TypeError, match='unknown config key "n_context"') as t:
+        pyshim.Model(SMOL, n_context=512)
+    assert isinstance(t.value, pyshim.InvalidConfig)
+    r = smol.generate("Say hi.", max_tokens=2)
+    assert r["n_prompt"] == smol.generate(user("Say hi."), max_tokens=2)["n_prompt"]
