@@ -43,15 +43,76 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+CHAT_HELP = """commands:
+  /help    this list
+  /clear   forget the conversation (the --system message stays)
+  /exit    quit (so do /quit and Ctrl-D)
+Ctrl-C stops a reply; the conversation so far stays."""
+
+
+def _show(delta: Delta) -> None:
+    if "prompt_progress" in delta:
+        p = delta["prompt_progress"]
+        end = "\n" if p["processed"] == p["total"] else ""
+        print(f"\r[reading prompt {p['processed']}/{p['total']} tokens]", end=end, file=sys.stderr, flush=True)
+    print(delta.get("content", ""), end="", flush=True)
+
+
+def _drop_oldest_turn(messages: list[dict[str, Any]]) -> bool:
+    """Remove the oldest exchange after the system message (its user message and every message
+    up to the next user message); False when only the last user message is left."""
+    first = 1 if messages and messages[0].get("role") == "system" else 0
+    users = [i for i, m in enumerate(messages) if i >= first and m.get("role") == "user"]
+    if len(users) < 2:
+        return False
+    del messages[users[0] : users[1]]
+    return True
+
+
+def _reply(m: Model, messages: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+    """One turn, dropping the oldest turns (and saying so) while the conversation does not fit
+    the context; None when even the last message alone does not."""
+    while True:
+        try:
+            return m.generate(messages, on_delta=_show, **options)
+        except ContextFull:
+            if not _drop_oldest_turn(messages):
+                print(
+                    "pyshim: this message alone does not fit the context; send a shorter one, or start "
+                    "again with a larger --n-ctx",
+                    file=sys.stderr,
+                )
+                messages.pop()
+                return None
+            print("[the context is full: the oldest turn was dropped]", file=sys.stderr)
+
+
+def _command(text: str, messages: list[dict[str, Any]], system: int) -> bool | None:
+    """A /command: True to quit, False once handled, None when the text is no command."""
+    word = text.strip().lower()
+    if not word.startswith("/"):
+        return None
+    if word in ("/exit", "/quit"):
+        return True
+    if word == "/clear":
+        del messages[system:]
+        print("[conversation cleared]", file=sys.stderr)
+    elif word == "/help":
+        print(CHAT_HELP, file=sys.stderr)
+    else:
+        print(f"unknown command {word}; /help lists them (start a message with a space to send it)", file=sys.stderr)
+    return False
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"max_tokens": args.max_tokens}
     if args.temperature is not None:
         options["temperature"] = args.temperature
     with Model(args.model, n_ctx=args.n_ctx) as m:
-        messages: list[dict[str, Any]] = []
-        if args.system:
-            messages.append({"role": "system", "content": args.system})
+        messages: list[dict[str, Any]] = [{"role": "system", "content": args.system}] if args.system else []
         prompts = [args.prompt] if args.prompt else None
+        if prompts is None:
+            print(f"chatting with {args.model}: /help for commands, Ctrl-D or /exit to quit", file=sys.stderr)
         while True:
             if prompts is not None:
                 if not prompts:
@@ -65,25 +126,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     return 0
                 if not text.strip():
                     continue
+                done = _command(text, messages, 1 if args.system else 0)
+                if done is not None:
+                    if done:
+                        return 0
+                    continue
             messages.append({"role": "user", "content": text})
-
-            def show(delta: Delta) -> None:
-                if "prompt_progress" in delta:
-                    p = delta["prompt_progress"]
-                    end = "\n" if p["processed"] == p["total"] else ""
-                    print(
-                        f"\r[reading prompt {p['processed']}/{p['total']} tokens]", end=end, file=sys.stderr, flush=True
-                    )
-                print(delta.get("content", ""), end="", flush=True)
-
             try:
-                r = m.generate(messages, on_delta=show, **options)
-            except ContextFull as e:
-                print(
-                    f"\npyshim: the conversation no longer fits the context ({e}); start again with a larger --n-ctx",
-                    file=sys.stderr,
-                )
-                return 1
+                r = _reply(m, messages, options)
             except KeyboardInterrupt:  # the reply stops; the model and the conversation so far stay
                 print("\n[stopped]", file=sys.stderr)
                 messages.pop()
@@ -91,12 +141,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     return 130
                 continue
             print()
+            if r is None:
+                if prompts is not None:
+                    return 1
+                continue
             if r.get("truncated"):
-                print(
-                    "pyshim: the context is full, the reply was cut short; start again with a larger --n-ctx",
-                    file=sys.stderr,
-                )
-                return 1
+                print("[the context filled up: the reply was cut; older turns go from the next one]", file=sys.stderr)
+                _drop_oldest_turn(messages)
+            elif r["finish_reason"] == "length":
+                print(f"[cut at --max-tokens {args.max_tokens}]", file=sys.stderr)
             if args.verbose:
                 print(f"[{_reuse_line(r)}]", file=sys.stderr)
             messages.append(r["message"])
@@ -282,29 +335,31 @@ def api_keys(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pyshim", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="pyshim", description="Chat, the demo agent, the model catalogue, and the OpenAI-compatible server."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     pm = sub.add_parser("models", help="list or fetch catalogue models")
-    pm.add_argument("action", choices=["list", "fetch"])
-    pm.add_argument("names", nargs="*")
+    pm.add_argument("action", choices=["list", "fetch"], help="list the catalogue, or fetch and verify models")
+    pm.add_argument("names", nargs="*", help="catalogue names (fetch: default the default model)")
     pm.set_defaults(func=cmd_models)
 
     pc = sub.add_parser("chat", help="chat with a model (interactive, or one-shot with a prompt)")
-    pc.add_argument("prompt", nargs="?")
-    pc.add_argument("--model", default=models.DEFAULT)
-    pc.add_argument("--system")
-    pc.add_argument("--n-ctx", type=int, default=4096)
-    pc.add_argument("--max-tokens", type=int, default=512)
-    pc.add_argument("--temperature", type=float)
+    pc.add_argument("prompt", nargs="?", help="answer this one message and exit (default: an interactive chat)")
+    pc.add_argument("--model", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    pc.add_argument("--system", help="a system message that opens the conversation")
+    pc.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (older turns go when it fills)")
+    pc.add_argument("--max-tokens", type=int, default=512, help="longest reply, in tokens (a cut reply is marked)")
+    pc.add_argument("--temperature", type=float, help="sampling temperature (default: the model's)")
     pc.add_argument("-v", "--verbose", action="store_true", help="print reuse and timing figures")
     pc.set_defaults(func=cmd_chat)
 
     pd = sub.add_parser("demo", help="run the demo agent with calculator, unit-conversion and file tools")
-    pd.add_argument("task", nargs="?", default=DEMO_TASK)
-    pd.add_argument("--model", default=models.DEFAULT)
-    pd.add_argument("--n-ctx", type=int, default=4096)
-    pd.add_argument("--max-steps", type=int, default=6)
+    pd.add_argument("task", nargs="?", default=DEMO_TASK, help="what to ask the agent")
+    pd.add_argument("--model", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    pd.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
+    pd.add_argument("--max-steps", type=int, default=6, help="model turns before the agent gives up")
     pd.add_argument(
         "--plan",
         action=argparse.BooleanOptionalAction,
