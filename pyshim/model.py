@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, Self, Typ
 import numpy as np
 import numpy.typing as npt
 
-from . import _sigint, habits, models
+from . import _sigint, habits, models, structured
 from ._call import DONE, Call, run_in_worker, take_result
 from ._lib import c_bytes, encode, encode_messages, ffi, lib, read_json, take_json
 from .errors import ClosedModel, ModelFileNotFound, open_error
@@ -60,7 +60,10 @@ class Result(TypedDict, total=False):
     ms_decode: float
     slot: int
     restored_from_host: bool
+    restored_from_disk: bool
+    shared_prefix: bool
     abi_version: str
+    parsed: Any  # response_format given as a pydantic model or dataclass: the answer as one (pyshim.structured)
 
 
 class Embedding(TypedDict):
@@ -190,15 +193,16 @@ class Model(_Closes):
         ``on_delta`` receives streaming deltas as they are decoded; returning
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
+        options, parse = structured.prepare(options)
         args, request_id = self._args(messages, tools, options)
         if threading.current_thread() is not threading.main_thread():
-            return _generate_here(args, on_delta)
+            return structured.attach(_generate_here(args, on_delta), parse)
         # where Ctrl-C arrives: it must reach the call within a token
         if _sigint.usable():
             with _sigint.watching(self.handle, request_id.encode()) as watched:
                 if watched:
-                    return _generate_here(args, on_delta)
-        return run_in_worker(self.handle, args, request_id, on_delta)
+                    return structured.attach(_generate_here(args, on_delta), parse)
+        return structured.attach(run_in_worker(self.handle, args, request_id, on_delta), parse)
 
     def _args(
         self, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]
@@ -320,6 +324,7 @@ class Stream(_Closes):
 
     def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
+        options, self._parse = structured.prepare(options)
         # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
         args, request_id = model._args(messages, tools, options)
         self._call = Call(model.handle, args, streaming=True, request_id=request_id)
@@ -337,6 +342,8 @@ class Stream(_Closes):
         """Stop the generation (if still running) and wait for it to return. Idempotent."""
         self._call.stop()
         self.result = self._call.result
+        if self.result is not None:
+            structured.attach(self.result, self._parse)
 
 
 def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | None) -> Result:

@@ -105,3 +105,46 @@ def test_errors_in_pythons_habits(smol: pyshim.Model, tmp_path: pathlib.Path) ->
     assert isinstance(t.value, pyshim.InvalidConfig)
     r = smol.generate("Say hi.", max_tokens=2)
     assert r["n_prompt"] == smol.generate(user("Say hi."), max_tokens=2)["n_prompt"]
+
+
+def test_repetition_penalties_go_through_llama_cpps_sampler(smol: pyshim.Model) -> None:
+    """Issue 57, item 4: repeat_penalty (llama-cpp-python's), frequency_penalty and
+    presence_penalty (OpenAI's) are llama.cpp's penalties sampler, greedy included: a prompt the
+    model answers by looping repeats itself less with them."""
+    ask = user("Write the word 'hello' twenty times, separated by spaces.")
+    plain = smol.generate(ask, max_tokens=40, temperature=0, ignore_eos=True)["content"]
+    for options in ({"repeat_penalty": 1.8}, {"frequency_penalty": 2.0}, {"presence_penalty": 2.0}):
+        got = smol.generate(ask, max_tokens=40, temperature=0, ignore_eos=True, **options)
+        assert got["content"].lower().count("hello") < plain.lower().count("hello"), (options, got["content"])
+        assert got["n_argmax"] == 0  # the greedy fast path would skip the penalties
+    with pytest.raises(pyshim.InvalidRequest, match="frequency_penalty"):
+        smol.generate(ask, max_tokens=2, frequency_penalty=3.0)
+
+
+def test_response_format_takes_a_pydantic_model_or_a_dataclass(qwen: pyshim.Model) -> None:
+    """Issue 57, item 2: the type is the schema, and the answer comes back parsed; an answer cut
+    at max_tokens keeps its text and is not parsed."""
+    import dataclasses
+
+    import pydantic
+
+    class City(pydantic.BaseModel):
+        name: str
+        country: str
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: int
+
+    ask = user("Name a large city in France, as JSON.")
+    r = qwen.generate(ask, response_format=City, max_tokens=60, temperature=0)
+    assert isinstance(r["parsed"], City) and r["parsed"].name, r
+    p = qwen.generate(user("A point with x=3 and y=4, as JSON."), response_format=Point, max_tokens=40, temperature=0)
+    assert p["parsed"] == Point(3, 4), p
+    cut = qwen.generate(ask, response_format=City, max_tokens=3, temperature=0)
+    assert cut["finish_reason"] == "length" and cut["parsed"] is None
+    with qwen.stream(ask, response_format=City, max_tokens=60, temperature=0) as s:
+        for _ in s:
+            pass
+    assert s.result is not None and isinstance(s.result["parsed"], City)
