@@ -379,6 +379,12 @@ EL_API const char *el_last_error(void);
 **                          past 2000, more than 1024 values in an enum or
 **                          2048 in a schema. A tool's parameters are held to
 **                          the cost limits only (native/grammar_limits.h)
+**     repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n
+**                          llama.cpp's penalties sampler over the tokens this
+**                          call generated (1.12): repeat_penalty (0..10, 1:
+**                          off), OpenAI's frequency_penalty and
+**                          presence_penalty (-2..2, 0: off), the last
+**                          repeat_last_n tokens (64; -1: the whole context)
 **     logprobs, top_logprobs
 **                          return per-token log probabilities (up to 20
 **                          alternatives each)

@@ -108,6 +108,7 @@ Inputs read_inputs(MessageCache & cache, const std::optional<std::string> & defa
         fail("options must be a JSON object");
     }
     reject_unknown_keys(in.opt, {"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+                                 "repeat_penalty", "frequency_penalty", "presence_penalty", "repeat_last_n",
                                  "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
                                  "timeout_ms", "cache_prompt", "session", "scope", "request_id", "speculative", "_test"},
@@ -257,6 +258,16 @@ void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logpro
     s.top_k = (int32_t) get_int(opt, "top_k", cfg.top_k, 0, INT32_MAX);
     s.min_p = (float) get_number(opt, "min_p", cfg.min_p, 0.0, 1.0);
     s.seed  = (uint32_t) get_int(opt, "seed", cfg.seed, 0, UINT32_MAX);
+    // llama.cpp's penalties sampler over the tokens generated so far: llama-cpp-python's and
+    // llama-server's repeat_penalty (1: off) and repeat_last_n (-1: the whole context), OpenAI's
+    // frequency_penalty and presence_penalty (0: off; OpenAI's range)
+    s.penalty_repeat  = (float) get_number(opt, "repeat_penalty", 1.0, 0.0, 10.0);
+    s.penalty_freq    = (float) get_number(opt, "frequency_penalty", 0.0, -2.0, 2.0);
+    s.penalty_present = (float) get_number(opt, "presence_penalty", 0.0, -2.0, 2.0);
+    s.penalty_last_n  = (int32_t) get_int(opt, "repeat_last_n", 64, -1, INT32_MAX);
+    if (s.penalty_last_n == -1) {
+        s.penalty_last_n = m.n_ctx;
+    }
     s.no_perf = true;
     r.max_tokens = (int32_t) get_int(opt, "max_tokens", cfg.max_tokens, 1, INT32_MAX);
     r.timeout_ms = get_number(opt, "timeout_ms", 0, 0, 1e12);
@@ -523,7 +534,8 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
 // (docs/patches.md, llama-sampling-grammar-waits, dropped).
 void set_greedy(const llama_vocab * vocab, Request & r) {
     const common_params_sampling & s = r.sampling;
-    r.greedy = s.temp <= 0 && !r.sampler_chain && s.grammar.empty();
+    const bool penalties = s.penalty_repeat != 1.0f || s.penalty_freq != 0.0f || s.penalty_present != 0.0f;
+    r.greedy = s.temp <= 0 && !r.sampler_chain && s.grammar.empty() && !penalties;
     if (!r.greedy) {
         return;
     }

@@ -27,12 +27,16 @@ __all__ = [
     "parse_request",
 ]
 
-# Request fields handed to el_generate as options under the same name. top_k, min_p and
-# ignore_eos are llama.cpp's extensions (llama-server takes them too); any other field the
-# openai client may send (user, metadata, store, presence_penalty, ...) is ignored.
+# Request fields handed to el_generate as options under the same name. top_k, min_p,
+# repeat_penalty, repeat_last_n and ignore_eos are llama.cpp's extensions (llama-server takes
+# them too); any other field the openai client may send (user, metadata, store, ...) is ignored.
 PASSTHROUGH = (
     "temperature",
     "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repeat_penalty",
+    "repeat_last_n",
     "seed",
     "stop",
     "logprobs",

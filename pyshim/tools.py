@@ -20,13 +20,17 @@ import json
 import math
 import pathlib
 import re
+import sys
 import types
 import typing
 import uuid
+import warnings
 from collections import abc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
+
+import jsonschema
 
 from .errors import InvalidTool
 
@@ -135,7 +139,59 @@ def _json_type(hint: Any) -> tuple[dict[str, Any], Convert | None]:
         return {"type": simple[hint]}, None
     if hint is type(None):
         return {"type": "null"}, None
-    return {}, None  # Any, or a type JSON cannot name: accept any JSON value
+    if hint in _STRING_FORMATS:
+        fmt, convert = _STRING_FORMATS[hint]
+        return {"type": "string", "format": fmt}, convert
+    if isinstance(hint, type) and hasattr(hint, "model_json_schema") and hasattr(hint, "model_validate"):
+        return _inline_refs(hint.model_json_schema()), hint.model_validate  # a pydantic model
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass_schema(hint)
+    return {}, None  # Any, or a type JSON cannot name: accept any JSON value (_parameters warns)
+
+
+# Types whose JSON is a string in a format a grammar enforces (native/grammar_limits.h), and how
+# the string is read back.
+_STRING_FORMATS: dict[Any, tuple[str, Convert]] = {
+    datetime.datetime: ("date-time", datetime.datetime.fromisoformat),
+    datetime.date: ("date", datetime.date.fromisoformat),
+    datetime.time: ("time", datetime.time.fromisoformat),
+    uuid.UUID: ("uuid", uuid.UUID),
+}
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic schema with its ``$defs`` written in place of each ``$ref`` (a tool parameter's
+    refs would otherwise point at the tool's root); a recursive model keeps the rest as any value."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any, seen: frozenset[str]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref.removeprefix("#/$defs/")
+                return {} if name in seen else inline(defs.get(name, {}), seen | {name})
+            return {k: inline(v, seen) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [inline(v, seen) for v in node]
+        return node
+
+    out = inline(schema, frozenset())
+    return out if isinstance(out, dict) else {}
+
+
+def _dataclass_schema(kind: type) -> tuple[dict[str, Any], Convert | None]:
+    """A dataclass parameter: the object its fields describe, built back into the dataclass."""
+    properties, required, _, converters = _parameters(kind, kind.__name__)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object for {kind.__name__}")
+        return kind(**{k: converters[k](v) if k in converters and v is not None else v for k, v in value.items()})
+
+    return schema, convert
 
 
 def _without_none(hint: Any) -> Any:
@@ -185,7 +241,9 @@ def _param_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]:
     evaluated: the schema does not use it."""
     target = _unwrap(fn)
     raw = inspect.get_annotations(target) if callable(target) else {}
-    globalns = getattr(inspect.unwrap(target), "__globals__", {})
+    globalns = getattr(inspect.unwrap(target), "__globals__", None)
+    if globalns is None:  # a class (a dataclass as a parameter's type): its module's names
+        globalns = vars(sys.modules.get(getattr(target, "__module__", ""), types.ModuleType("_")))
     hints: dict[str, Any] = {}
     for pname in names:
         if pname not in raw:
@@ -229,14 +287,26 @@ def _parameters(
     converters: dict[str, Convert] = {}
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            star = "*" if param.kind is param.VAR_POSITIONAL else "**"
+            warnings.warn(f"tool {tool!r}: {star}{param.name} is not offered to the model", stacklevel=4)
             continue
         hint = hints.get(param.name, Any)
-        if param.default is not param.empty:
+        if param.default is not param.empty and param.default is not None:
             hint = _without_none(hint)  # optional: the model leaves it out rather than sending null
         try:
             schema, convert = _json_type(hint)
         except TypeError as e:
             raise InvalidTool(f"tool {tool!r}, parameter {param.name!r}: {e}") from e
+        if not schema and hint is not Any:
+            warnings.warn(
+                f"tool {tool!r}, parameter {param.name!r}: {hint!r} has no JSON schema; the model may send any value",
+                stacklevel=4,
+            )
+        elif param.name not in hints:
+            warnings.warn(
+                f"tool {tool!r}, parameter {param.name!r} has no type hint; the model may send any value",
+                stacklevel=4,
+            )
         schema = dict(schema)
         if param.name in docs:
             schema["description"] = docs[param.name]
@@ -328,20 +398,43 @@ def as_tool(tool: Callable[..., Any] | Mapping[str, Any] | Tool) -> Tool:
         if tool.get("type", "function") != "function" or not isinstance(fn, Mapping) or not fn.get("name"):
             raise InvalidTool(f"not an OpenAI tool: {tool!r}")
         schema = {"type": "function", **dict(tool)}
+        name = str(fn["name"])
+        if not NAME.match(name):
+            raise InvalidTool(f"{name!r} is not a valid tool name (letters, digits, _ and -, at most 64)")
         try:
             json.dumps(schema, allow_nan=False)
         except (TypeError, ValueError) as e:
-            raise InvalidTool(f"tool {fn['name']!r}: its schema is not valid JSON ({e})") from e
-        return Tool(str(fn["name"]), schema, None)
+            raise InvalidTool(f"tool {name!r}: its schema is not valid JSON ({e})") from e
+        _check_schema(name, fn.get("parameters"))
+        return Tool(name, schema, None)
     if callable(tool):
         return _tool_from_callable(tool, None)
     raise InvalidTool(f"a tool is a function, an OpenAI tool dict or a Tool, not {type(tool).__name__}")
 
 
+def _check_schema(name: str, parameters: Any) -> None:
+    """A tool's parameters must be a JSON schema (checked against the metaschema by jsonschema),
+    so that a typo fails here, naming the tool and the place, not in llama.cpp's grammar builder."""
+    if parameters is None:
+        return
+    try:
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as e:
+        where = "parameters" + e.json_path.removeprefix("$")
+        raise InvalidTool(f"tool {name!r}: {where} is not a valid JSON schema: {e.message}") from None
+
+
 def as_tools(tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool]) -> dict[str, Tool]:
-    """Tools by name; two tools with one name are refused, naming both."""
+    """Tools by name; two tools with one name are refused, naming both; an invalid one is named
+    by its place in the list (``tools[i]``)."""
     by_name: dict[str, Tool] = {}
-    for tool in map(as_tool, tools):
+    checked: list[Tool] = []
+    for i, raw in enumerate(tools):
+        try:
+            checked.append(as_tool(raw))
+        except InvalidTool as e:
+            raise InvalidTool(f"tools[{i}]: {e}") from e.__cause__
+    for tool in checked:
         if tool.name in by_name:
             first, second = (_describe(t) for t in (by_name[tool.name], tool))
             raise InvalidTool(

@@ -15,4 +15,4 @@ def test_flash_attention_matches_exact_attention() -> None:
     p = subprocess.run([str(ROOT / "build" / "el_fa_kernel_test")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.strip().endswith("0 failed")
-    assert p.stdout.count("ok  ") == 7
+    assert p.stdout.count("ok  ") == 14

@@ -477,3 +477,17 @@ def test_other_clients_stalls_leave_a_stream_flowing(roomy_url: str) -> None:
     assert big_out == [[400, 400, 400]], big_out
     assert isinstance(slow_out[0], int) and slow_out[0] > 5, slow_out
     assert max(gaps) <= max(alone) + 0.5, (max(gaps), max(alone))
+
+
+def test_repetition_penalties_reach_the_sampler(smol_url: str) -> None:
+    """frequency_penalty and presence_penalty (the openai client's own arguments) and llama.cpp's
+    repeat_penalty change a looping answer, as in process (issue 57, item 4: they were dropped)."""
+    c = client(smol_url)
+    ask: Any = [{"role": "user", "content": "Repeat after me: hello hello hello hello hello hello hello hello"}]
+    body: dict[str, Any] = {"model": SMOL, "messages": ask, "max_tokens": 48, "temperature": 0}
+    plain = c.chat.completions.create(**body, extra_body={"ignore_eos": True}).choices[0].message.content or ""
+    assert plain.lower().count("hello") > 30
+    penalised = c.chat.completions.create(**body, frequency_penalty=1.5, extra_body={"ignore_eos": True})
+    assert (penalised.choices[0].message.content or "").lower().count("hello") < 15
+    repeat = c.chat.completions.create(**body, extra_body={"ignore_eos": True, "repeat_penalty": 1.5})
+    assert (repeat.choices[0].message.content or "").lower().count("hello") < 15

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import enum
 import functools
 import json
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 if TYPE_CHECKING:
     from decimal import Decimal
 
+import pydantic
 import pytest
 
 from pyshim.errors import InvalidTool, ShimError
@@ -47,7 +50,8 @@ def test_schema_from_hints_and_google_docstring() -> None:
     props = fn["parameters"]["properties"]
     assert props["query"] == {"type": "string", "description": "what to look for."}
     assert props["limit"] == {"type": "integer", "description": "how many hits to return at most.", "default": 5}
-    assert props["tags"]["type"] == "array" and props["tags"]["items"] == {"type": "string"}
+    # `= None` keeps None in the type: the model may send null (issue 57), as well as leave it out
+    assert props["tags"]["anyOf"] == [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]
     assert props["mode"]["enum"] == ["fast", "exact"] and props["mode"]["default"] == "fast"
     assert fn["parameters"]["required"] == ["query"]
 
@@ -204,3 +208,54 @@ def test_a_request_with_nan_or_infinity_is_refused_before_it_reaches_the_library
 
     with pytest.raises(InvalidRequest, match="JSON"):
         encode([{"type": "function", "function": {"name": "f", "parameters": {"default": math.inf}}}])
+
+
+# -- issue 57, item 3: tools from functions never degrade silently ------------------------------
+
+
+class Address(pydantic.BaseModel):
+    city: str
+    zip: int
+
+
+@dataclasses.dataclass
+class Window:
+    start: datetime.date
+    days: int = 1
+
+
+def book(when: datetime.datetime, where: Address, span: Window, tags: Optional[list[str]] = None) -> str:  # noqa: UP045
+    return f"{when.year} {where.city} {span.start.month} {tags}"
+
+
+def test_dates_models_and_dataclasses_keep_their_types_and_come_back_typed() -> None:
+    params = function_schema(book)["function"]["parameters"]["properties"]
+    assert params["when"] == {"type": "string", "format": "date-time"}
+    assert params["where"]["properties"]["zip"]["type"] == "integer" and "$defs" not in json.dumps(params)
+    assert params["span"]["properties"]["start"] == {"type": "string", "format": "date"}
+    assert {"type": "null"} in params["tags"]["anyOf"]  # Optional[...] = None: nullable
+    tool = as_tool(book)
+    args = {"when": "2026-12-05T10:00:00", "where": {"city": "Lyon", "zip": 69001}, "span": {"start": "2027-01-02"},
+            "tags": None}  # fmt: skip
+    assert tool.call(args) == "2026 Lyon 1 None"
+
+
+def test_what_cannot_be_typed_is_said_naming_the_parameter() -> None:
+    def loose(a, *rest, b: complex = 1j, **extra):  # type: ignore[no-untyped-def]
+        return a
+
+    with pytest.warns(UserWarning) as seen:
+        function_schema(loose)
+    said = " ".join(str(w.message) for w in seen)
+    assert "'a' has no type hint" in said and "*rest" in said and "**extra" in said and "'b'" in said
+
+
+def test_a_dict_tool_with_a_bad_schema_or_name_is_refused_naming_its_place() -> None:
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+           "properties": {"city": {"type": "strin"}}}}}  # fmt: skip
+    ok = {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}
+    with pytest.raises(InvalidTool, match=r"tools\[1\].*'f'.*parameters\.properties\.city\.type"):
+        as_tools([ok, bad])
+    spaced = {"type": "function", "function": {"name": "get weather", "parameters": {"type": "object"}}}
+    with pytest.raises(InvalidTool, match="not a valid tool name"):
+        as_tools([spaced])

@@ -1,8 +1,9 @@
 // fa_kernel_test.cpp -- ggml's CPU flash attention (with native/patches/ggml-cpu-fa-blocked-decode.patch)
 // against attention computed in double precision from the same rounded inputs.
 //
-// Invariant checked: for one query row per head (decode) and for a few rows (a short prompt),
-// at cache depths from 256 to 2048 cells, with grouped-query
+// Invariant checked: for one query row per head (decode) and for 1 to 63 rows (a short prompt, a
+// draft), at cache depths from 256 to 3000 cells, F16 and F32 caches, sliding windows, masks with
+// holes, GQA ratios 1, 4, 7 and 8, with grouped-query
 // heads, several sequences, masked cells (a whole masked block included), logit soft-capping
 // and 1, 2 or 3 threads (ggml's split-KV path and its per-row path), every output value is
 // within `tol` of the exact result. The blocked path sums in F32 (measured error < 1e-6), so
@@ -34,12 +35,15 @@ struct Case {
     float softcap;
     int   threads;
     float tol;       // max |error| allowed
+    bool  f32  = false;  // K and V in F32 instead of F16
+    int   window = 0;    // sliding window: a row sees only its last `window` cells (0: all)
+    bool  holes = false; // every 9th cell masked for every row (cells of other sequences)
 };
 
 float round_f16(float x) { return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x)); }
 
-// Exact attention of one query row over its cells, from the F16-rounded inputs ggml reads
-// (the CPU kernel rounds Q to F16 for its K dot).
+// Exact attention of one query row over its cells, from the rounded inputs ggml reads (the CPU
+// kernel rounds Q to F16 for its K dot with an F16 cache, and keeps it F32 with an F32 one).
 void reference(const Case & c, const std::vector<float> & q, const std::vector<float> & k, const std::vector<float> & v,
                const std::vector<float> & mask, int s, int h, int r, std::vector<double> & out) {
     const int    hk    = h / (c.heads / c.kv_heads);
@@ -54,7 +58,8 @@ void reference(const Case & c, const std::vector<float> & q, const std::vector<f
         }
         double dot = 0;
         for (int j = 0; j < c.d; j++) {
-            dot += (double) round_f16(q[(((size_t) s * c.heads + h) * c.rows + r) * c.d + j]) *
+            const float qj = q[(((size_t) s * c.heads + h) * c.rows + r) * c.d + j];
+            dot += (double) (c.f32 ? qj : round_f16(qj)) *
                    k[(((size_t) s * c.kv_heads + hk) * c.cells + i) * c.d + j];
         }
         double x = dot * scale;
@@ -98,8 +103,9 @@ bool run(const Case & c, std::mt19937 & rng) {
         for (int r = 0; r < c.rows; r++) {
             for (int i = 0; i < c.cells; i++) {
                 // The last rows see a few more cells (causal), the tail is unused cache.
-                const int seen = c.valid - (c.rows - 1 - r);
-                mask[((size_t) s * c.rows + r) * c.cells + i] = i < seen ? 0.0f : -INFINITY;
+                const int  seen    = c.valid - (c.rows - 1 - r);
+                const bool visible = i < seen && (c.window == 0 || i >= seen - c.window) && !(c.holes && i % 9 == 4);
+                mask[((size_t) s * c.rows + r) * c.cells + i] = visible ? 0.0f : -INFINITY;
             }
         }
     }
@@ -107,12 +113,18 @@ bool run(const Case & c, std::mt19937 & rng) {
     ggml_init_params ip = {(size_t) 256 << 20, nullptr, false};
     ggml_context *   ctx = ggml_init(ip);
     ggml_tensor *    tq  = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.d, c.rows, c.heads, c.streams);
-    ggml_tensor *    tk  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.d, c.cells, c.kv_heads, c.streams);
-    ggml_tensor *    tv  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.d, c.cells, c.kv_heads, c.streams);
+    const ggml_type  kv  = c.f32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
+    ggml_tensor *    tk  = ggml_new_tensor_4d(ctx, kv, c.d, c.cells, c.kv_heads, c.streams);
+    ggml_tensor *    tv  = ggml_new_tensor_4d(ctx, kv, c.d, c.cells, c.kv_heads, c.streams);
     ggml_tensor *    tm  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.cells, c.rows, 1, c.streams);
     std::copy(q.begin(), q.end(), (float *) tq->data);
-    put_f16(tk, k);
-    put_f16(tv, v);
+    if (c.f32) {  // the values are F16-rounded already: the same inputs either way
+        std::copy(k.begin(), k.end(), (float *) tk->data);
+        std::copy(v.begin(), v.end(), (float *) tv->data);
+    } else {
+        put_f16(tk, k);
+        put_f16(tv, v);
+    }
     put_f16(tm, mask);
     const float   scale = 1.0f / std::sqrt((float) c.d);
     ggml_tensor * out   = ggml_flash_attn_ext(ctx, tq, tk, tv, tm, scale, 0.0f, c.softcap);
@@ -157,6 +169,15 @@ int main() {
         {"short prompt (7 rows) at depth", 64, 14, 2, 7, 1536, 1400, 1, 0.0f, 2, 1e-5f},
         {"decode, 256 cells", 64, 14, 2, 1, 256, 200, 1, 0.0f, 2, 1e-5f},
         {"per-cell loop: gemma-3 heads of 256", 256, 4, 1, 1, 1024, 900, 1, 0.0f, 2, 5e-3f},
+        // Short batches (issue 55): GQA ratios 1, 4, 7, 8; 1 to 63 rows; F16 and F32 caches;
+        // masks with holes and sliding windows; head sizes 64 and 128 (256 keeps the per-cell loop).
+        {"short batch: GQA 7, 21 rows at depth, holes", 64, 14, 2, 21, 2100, 2000, 1, 0.0f, 2, 1e-5f, false, 0, true},
+        {"short batch: GQA 4, 63 rows, F32 cache", 64, 8, 2, 63, 1200, 1100, 1, 0.0f, 2, 1e-5f, true},
+        {"short batch: GQA 8, 2 rows, sliding window 128", 128, 8, 1, 2, 1500, 1400, 1, 0.0f, 2, 1e-5f, false, 128},
+        {"short batch: GQA 1, 33 rows, soft-capped, window and holes", 64, 4, 4, 33, 900, 850, 2, 30.0f, 2, 1e-5f, false, 300, true},
+        {"short batch: GQA 7, 8 rows (a draft), 1 thread, F32", 64, 14, 2, 8, 2048, 2000, 1, 0.0f, 1, 1e-5f, true},
+        {"short batch: GQA 4, 1 row, 3 threads, window", 128, 16, 4, 1, 3000, 2990, 1, 0.0f, 3, 1e-5f, false, 512},
+        {"per-cell loop: heads of 256, 16 rows, GQA 4", 256, 8, 2, 16, 700, 650, 1, 0.0f, 2, 5e-3f},
     };
     std::mt19937 rng(1234);
     int          failed = 0;
