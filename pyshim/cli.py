@@ -234,6 +234,12 @@ def add_serve_parser(sub: Any) -> None:
     ps.add_argument("--port", type=int, default=8000)
     ps.add_argument("--name", help="the model id clients use (default: the catalogue name or the file's stem)")
     ps.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        help="another model id requests may give (repeatable; any other id gets 404 listing the served ones)",
+    )
+    ps.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -313,6 +319,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_keys=api_keys(args),
         max_request_bytes=args.max_request_bytes,
         max_queue=args.max_queue,
+        aliases=args.alias,
         max_per_client=args.max_per_client,
         max_connections=args.max_connections,
         request_timeout=args.request_timeout,

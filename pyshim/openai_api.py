@@ -9,6 +9,7 @@ fields, checks the envelope, and builds OpenAI's exact ``chat.completion`` /
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import time
 import uuid
@@ -20,6 +21,7 @@ __all__ = [
     "ApiError",
     "ChatRequest",
     "Completion",
+    "check_known",
     "check_limits",
     "error_body",
     "key_scope",
@@ -50,6 +52,28 @@ PASSTHROUGH = (
     "ignore_eos",
     "speculative",
 )
+
+# Chat-completion fields the door reads (PASSTHROUGH and the envelope), and OpenAI's fields it
+# accepts and ignores because they mean nothing for one local model (docs: README, "The OpenAI
+# door"). Any other field is refused with 400, as OpenAI refuses an unrecognised argument, naming
+# the nearest known one: a misspelt "temprature" must not pass as the default.
+READ = frozenset({"model", "messages", "tools", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                  "session", "prompt_cache_key", *PASSTHROUGH})  # fmt: skip
+IGNORED = frozenset({"user", "metadata", "store", "service_tier", "modalities", "prediction", "audio",
+                     "reasoning_effort", "safety_identifier", "verbosity", "web_search_options", "functions",
+                     "function_call", "cache_prompt", "id_slot"})  # fmt: skip
+
+
+def check_known(body: Mapping[str, Any], read: frozenset[str], ignored: frozenset[str]) -> None:
+    """400 for a field neither read nor knowingly ignored, with the nearest known name."""
+    for key in body:
+        if key in read or key in ignored:
+            continue
+        near = difflib.get_close_matches(key, sorted(read | ignored), n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        raise ApiError(400, f"Unrecognized request argument supplied: {key}{hint}", param=key,
+                       code="unknown_parameter")  # fmt: skip
+
 
 # el_generate's finish reasons that OpenAI does not have. "cancelled" reaches no client in
 # practice: a call is cancelled only when its client has gone.
@@ -137,6 +161,7 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     stream = bool(_expect(body, "stream", bool, "a boolean"))
     stream_options = _expect(body, "stream_options", dict, "an object") or {}
 
+    check_known(body, READ, IGNORED)
     check_limits(body)
     options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))

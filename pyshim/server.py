@@ -70,6 +70,7 @@ class Settings:
     idle_timeout: int = 15
     max_connections: int = 512
     max_per_client: int | None = None  # None: the door's capacity shared among its keys (per_client_limit)
+    aliases: list[str] = field(default_factory=list)  # more names requests may give the model (--alias)
     cors_origins: list[str] = field(default_factory=list)
     log_level: str = "info"
     answer_repeats: bool = True  # see _generate
@@ -154,9 +155,20 @@ class Door:
             raise ApiError(401, "incorrect or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
         return key_scope(token)
 
+    def names(self) -> list[str]:
+        """What a request's ``model`` may say: the served name, then the --alias names."""
+        return [self.settings.name, *[a for a in self.settings.aliases if a != self.settings.name]]
+
     def check_model(self, name: str) -> None:
-        if name not in (self.settings.name, self.settings.model):
-            raise ApiError(404, f"the model '{name}' does not exist", param="model", code="model_not_found")
+        """One model is served, under its name, its catalogue name or path, and each --alias; any
+        other name is a 404 that lists them (a client configured for another model learns what
+        to send instead of being answered by a model it did not ask for)."""
+        if name not in (*self.names(), self.settings.model):
+            served = ", ".join(repr(n) for n in self.names())
+            raise ApiError(
+                404, f"the model '{name}' does not exist; this server serves {served}", param="model",
+                code="model_not_found",
+            )  # fmt: skip
 
 
 def _error(exc: BaseException) -> ApiError:
@@ -530,18 +542,19 @@ async def metrics(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     door: Door = request.app.state.door
     door.check_key(request)
-    return JSONResponse({"object": "list", "data": [_model_card(door)]})
+    return JSONResponse({"object": "list", "data": [_model_card(door, name) for name in door.names()]})
 
 
 async def get_model(request: Request) -> Response:
     door: Door = request.app.state.door
     door.check_key(request)
-    door.check_model(request.path_params["model"])
-    return JSONResponse(_model_card(door))
+    name = request.path_params["model"]
+    door.check_model(name)
+    return JSONResponse(_model_card(door, name if name in door.names() else door.settings.name))
 
 
-def _model_card(door: Door) -> dict[str, Any]:
-    return {"id": door.settings.name, "object": "model", "created": door.created, "owned_by": "pyshim"}
+def _model_card(door: Door, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": door.created, "owned_by": "pyshim"}
 
 
 async def health(request: Request) -> Response:
@@ -593,17 +606,21 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                 allow_headers=["Authorization", "Content-Type", "X-Session-Id", "X-Api-Key", "Anthropic-Version"],
             )
         )
+    # Each API route under /v1 and, as llama-server and Ollama serve them, without the prefix.
+    api = [
+        ("/chat/completions", chat_completions, ["POST"]),
+        ("/responses", responses, ["POST"]),
+        ("/responses/{response_id}", stored_response, ["GET", "DELETE"]),
+        ("/messages", anthropic_messages, ["POST"]),
+        ("/messages/count_tokens", anthropic_messages, ["POST"]),
+        ("/embeddings", embeddings, ["POST"]),
+        ("/models", list_models, ["GET"]),
+        ("/models/{model:path}", get_model, ["GET"]),
+    ]
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/responses", responses, methods=["POST"]),
-            Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
-            Route("/v1/messages", anthropic_messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", anthropic_messages, methods=["POST"]),
-            Route("/v1/embeddings", embeddings, methods=["POST"]),
+            *[Route(prefix + path, fn, methods=methods) for path, fn, methods in api for prefix in ("/v1", "")],
             Route("/metrics", metrics, methods=["GET"]),
-            Route("/v1/models", list_models, methods=["GET"]),
-            Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ],
         middleware=middleware,

@@ -100,3 +100,17 @@ def test_a_client_past_its_bound_gets_429_and_another_key_is_served(url: str) ->
     t.join(120)
     assert done
     assert a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2).choices  # its turn again
+
+
+def test_routes_without_v1_and_aliases(start_server: Any) -> None:
+    """Issue 58: llama-server's and Ollama's paths (no /v1) answer, and a client configured for
+    another model id reaches this one through --alias; any other id is a 404 that lists them."""
+    url = start_server(SMOL, "--n-ctx", "512", "--alias", "gpt-4.1", "--alias", "test")
+    ask = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert httpx.post(f"{url}/chat/completions", json={"model": "gpt-4.1", **ask}, timeout=60).status_code == 200
+    assert httpx.post(f"{url}/embeddings", json={"model": "test", "input": "hi"}, timeout=60).status_code == 200
+    listed = [m["id"] for m in httpx.get(f"{url}/models", timeout=10).json()["data"]]
+    assert listed == [SMOL, "gpt-4.1", "test"]
+    other = openai.OpenAI(base_url=url, api_key="x", max_retries=0)  # no /v1 in the base URL
+    with pytest.raises(openai.NotFoundError, match=r"gpt-4\.1"):
+        other.chat.completions.create(model="llama3", messages=ask["messages"], max_tokens=2)  # type: ignore[arg-type]

@@ -491,3 +491,16 @@ def test_repetition_penalties_reach_the_sampler(smol_url: str) -> None:
     assert (penalised.choices[0].message.content or "").lower().count("hello") < 15
     repeat = c.chat.completions.create(**body, extra_body={"ignore_eos": True, "repeat_penalty": 1.5})
     assert (repeat.choices[0].message.content or "").lower().count("hello") < 15
+
+
+def test_an_unknown_argument_is_refused_with_the_nearest_known_one(smol_url: str) -> None:
+    """Issue 58: "temprature" passed with a 200 and the default temperature; OpenAI answers 400
+    for an unrecognised argument. Fields OpenAI has that mean nothing here are accepted."""
+    c = client(smol_url)
+    ask: Any = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=SMOL, messages=ask, max_tokens=2, extra_body={"temprature": 0.2})
+    assert "temprature" in str(e.value) and "did you mean 'temperature'" in str(e.value)
+    assert e.value.body["param"] == "temprature"  # type: ignore[index]
+    ok = c.chat.completions.create(model=SMOL, messages=ask, max_tokens=2, user="u1", store=False, metadata={"a": "b"})
+    assert ok.choices
