@@ -554,6 +554,11 @@ void Engine::consume(Prepared & p, DeltaStream & stream, bool streaming, llama_t
     CallReport &    rep = p.rep;
     if (llama_vocab_is_eog(vocab_, tok)) {
         rep.finish_reason = "stop";
+        // The end token is not part of the content: its logprob goes with it (and any of
+        // drafted tokens after it), so that the logprobs' tokens join to the content.
+        if (rep.logprobs.is_array() && rep.logprobs.size() >= rep.n_decoded && rep.n_decoded > 0) {
+            rep.logprobs.erase(rep.logprobs.begin() + (std::ptrdiff_t) (rep.n_decoded - 1), rep.logprobs.end());
+        }
         return;
     }
     const size_t scan_from = text.size() + 1 > req.max_stop_len ? text.size() + 1 - req.max_stop_len : 0;

@@ -163,10 +163,11 @@ def test_logprobs_plain_and_streamed(smol_url: str) -> None:
     r = c.chat.completions.create(logprobs=True, top_logprobs=2, **args)
     lp = r.choices[0].logprobs
     assert lp is not None and lp.content is not None and r.usage is not None
-    assert len(lp.content) == r.usage.completion_tokens
+    # usage counts the end-of-turn token the model sampled; the logprobs leave it out (issue 58)
+    ended = r.choices[0].finish_reason == "stop"
+    assert len(lp.content) == r.usage.completion_tokens - (1 if ended else 0)
     assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in lp.content)
-    # The library also reports the end-of-turn token it sampled, which is not in the content.
-    assert "".join(t.token for t in lp.content).startswith(r.choices[0].message.content or "")
+    assert "".join(t.token for t in lp.content) == (r.choices[0].message.content or "")
     with c.chat.completions.stream(logprobs=True, top_logprobs=2, **args) as s:
         final = s.get_final_completion().choices[0]
     assert final.logprobs is not None and final.logprobs.content
@@ -504,3 +505,22 @@ def test_an_unknown_argument_is_refused_with_the_nearest_known_one(smol_url: str
     assert e.value.body["param"] == "temprature"  # type: ignore[index]
     ok = c.chat.completions.create(model=SMOL, messages=ask, max_tokens=2, user="u1", store=False, metadata={"a": "b"})
     assert ok.choices
+
+
+def test_logprobs_join_to_the_content_without_the_end_token(smol_url: str) -> None:
+    """Issue 58: with finish_reason "stop" the logprobs ended with the end-of-turn token
+    (<|im_end|>), plain and streamed, so their tokens no longer joined to the content."""
+    c = client(smol_url)
+    body: dict[str, Any] = {"model": SMOL, "messages": SHORT, "max_tokens": 20, "temperature": 0, "logprobs": True}
+    r = c.chat.completions.create(**body)
+    assert r.choices[0].finish_reason == "stop"
+    tokens = [t.token for t in r.choices[0].logprobs.content]  # type: ignore[union-attr]
+    assert "".join(tokens) == r.choices[0].message.content and "<|im_end|>" not in tokens
+    streamed: list[str] = []
+    text = ""
+    for chunk in c.chat.completions.create(**body, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            streamed += [t.token for t in chunk.choices[0].logprobs.content]
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    assert "".join(streamed) == text and "<|im_end|>" not in streamed
