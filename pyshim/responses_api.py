@@ -378,8 +378,10 @@ class Responder:
             text = {"type": "reasoning_text", "text": result["reasoning_content"]}
             out.append({"id": self.reasoning_id, "type": "reasoning", "summary": [], "content": [text],
                         "status": status})  # fmt: skip
-        if result.get("content"):
-            part = {"type": "output_text", "text": result["content"], "annotations": [],
+        # A turn with no call has a message, empty text included (the model wrote only its end
+        # token): OpenAI's Responses always end such a turn with one, and clients read output[-1].
+        if result.get("content") or not result.get("tool_calls"):
+            part = {"type": "output_text", "text": result.get("content") or "", "annotations": [],
                     "logprobs": _text_logprobs(result.get("logprobs"))}  # fmt: skip
             out.append({"id": self.message_id, "type": "message", "role": "assistant", "status": status,
                         "content": [part]})  # fmt: skip

@@ -330,3 +330,21 @@ def test_stream_events_from_deltas_validate() -> None:
     assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
     added = [e["output_index"] for e in parsed if e["type"] == "response.output_item.added"]
     assert added == [0, 1, 2] and final.output_text == "Hello"
+
+
+def test_a_turn_of_only_the_end_token_still_has_its_message() -> None:
+    """Issue 58: a turn where the model wrote only its end token answered ``output: []``; the
+    translator alone (no model can be made to do it on demand) gives the empty message OpenAI does,
+    and a turn with calls only still has no message."""
+    from openai.types.responses import Response
+
+    from pyshim.responses_api import Responder, ResponseStore, parse_request
+
+    req = parse_request({"model": SMOL, "input": "hi"}, "resp_1", "", ResponseStore())
+    r = Responder(SMOL, "resp_1")
+    empty = r.response(req, {"content": "", "finish_reason": "stop", "tool_calls": [], "usage": None})
+    assert [i["type"] for i in empty["output"]] == ["message"] and empty["output"][0]["content"][0]["text"] == ""
+    Response.model_validate(empty)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    calls = r.response(req, {"content": None, "finish_reason": "tool_calls", "tool_calls": [call], "usage": None})
+    assert [i["type"] for i in calls["output"]] == ["function_call"]
