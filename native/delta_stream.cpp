@@ -88,7 +88,15 @@ bool DeltaStream::update(common_chat_msg msg, bool final) {
         logprobs_sent_ = logprobs_->size();
         delta["logprobs"] = json{{"content", std::move(fresh)}};
     }
-    return cb_(dump(delta).c_str(), user_data_) == 0;
+    return cb_(dump(with_prompt(std::move(delta))).c_str(), user_data_) == 0;
+}
+
+json DeltaStream::with_prompt(json delta) {
+    if (!prompt_.is_null()) {
+        delta["prompt"] = std::move(prompt_);
+        prompt_ = nullptr;
+    }
+    return delta;
 }
 
 void DeltaStream::assign_ids(common_chat_msg & msg) {
@@ -108,7 +116,8 @@ bool DeltaStream::progress(size_t processed, size_t total) {
     if (cb_ == nullptr) {
         return true;
     }
-    return cb_(dump(json{{"prompt_progress", {{"processed", processed}, {"total", total}}}}).c_str(), user_data_) == 0;
+    const json delta = with_prompt(json{{"prompt_progress", {{"processed", processed}, {"total", total}}}});
+    return cb_(dump(delta).c_str(), user_data_) == 0;
 }
 
 }  // namespace el

@@ -58,7 +58,16 @@ class DeltaStream {
     // stop, as update() does: the call then ends "cancelled" before its next prompt chunk.
     bool progress(size_t processed, size_t total);
 
+    // The prompt's size and what of it the cache held, known once the call's slot was prepared:
+    // the next delta sent (text or progress) carries {"prompt": {"n_prompt", "n_reused"}} once,
+    // so that a client can report the input before the output ends (Anthropic's message_start).
+    void set_prompt(size_t n_prompt, size_t n_reused) {
+        prompt_ = json{{"n_prompt", n_prompt}, {"n_reused", n_reused}};
+    }
+
   private:
+    json with_prompt(json delta);  // the delta, with the prompt's counts if not sent yet
+
     el_stream_cb    cb_;
     void *          user_data_;
     bool            hold_json_;
@@ -67,6 +76,7 @@ class DeltaStream {
     common_chat_msg sent_;
     const json *    logprobs_      = nullptr;
     size_t          logprobs_sent_ = 0;
+    json            prompt_;  // null: not known yet, or sent
 };
 
 }  // namespace el

@@ -586,7 +586,9 @@ EL_API char *el_generate(el_handle *handle, const char *messages_json,
 ** "logprobs": {"content": [...]}, the entries (as in the result) of the tokens
 ** decoded since the previous such delta (1.9): the concatenation is a prefix of
 ** the result's logprobs; tokens whose text was held back (a stop string, the
-** end) are only in the result. delta_json is valid only during the callback. Return 0 to go on, non-zero
+** end) are only in the result. The first delta sent after the call's slot was
+** prepared (text or progress) also carries "prompt": {"n_prompt", "n_reused"},
+** once, as the result will give them (1.12). delta_json is valid only during the callback. Return 0 to go on, non-zero
 ** to stop: the call then returns finish_reason "cancelled" with the text so
 ** far, and the cache stays consistent. The callback runs on the calling
 ** thread and must not call into the same handle.

@@ -89,6 +89,7 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         } settle{*this, p.rep.slot};
         CacheGuard guard(*p.call.cache);
         reuse(p, lock);
+        stream.set_prompt(p.rep.n_prompt, p.rep.n_reused);
         prefill(p, lock, stream, callback != nullptr);
         text = decode(p, lock, stream, callback != nullptr);
         // An aborted llama_decode may have left part of a batch in the cache, which the

@@ -26,8 +26,9 @@ The mapping:
   content, and the earliest stop string in it is the one that ended the turn.
 - A final assistant message is continued (a prefill); the library returns it whole, so its
   given beginning is taken off the content, as Anthropic answers only what follows.
-- A stream's ``message_start`` says 0 input tokens (the prompt is counted once it has been
-  evaluated); its ``message_delta`` carries the usage in full, which the SDK takes over.
+- A stream's ``message_start`` carries the input tokens, from the first delta's ``prompt``
+  counts (the door sends headers only once that delta came); its ``message_delta`` carries the
+  usage in full, which the SDK takes over.
 - ``usage.input_tokens`` is the prompt less what the cache held (``cache_read_input_tokens``),
   as Anthropic counts it; count_tokens answers the whole prompt's count (``n_prompt``) of a
   one-token generation: release builds have no way to tokenize without one, and the prompt it
@@ -420,9 +421,13 @@ class MessageStream:
         self._open: str | None = None
         self._calls: dict[int, int] = {}  # the library's call index -> block index
 
-    def start(self) -> str:
-        zero = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
-        return sse("message_start", {"type": "message_start", "message": self.message.envelope([], None, None, zero)})
+    def start(self, prompt: Mapping[str, Any] | None = None) -> str:
+        """``message_start``, with the input's tokens as Anthropic counts them when ``prompt``
+        (the first delta's {"n_prompt", "n_reused"}) is known."""
+        n_prompt, reused = int((prompt or {}).get("n_prompt", 0)), int((prompt or {}).get("n_reused", 0))
+        usage = {"input_tokens": n_prompt - reused, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": reused, "output_tokens": 0}  # fmt: skip
+        return sse("message_start", {"type": "message_start", "message": self.message.envelope([], None, None, usage)})
 
     def _close(self) -> str:
         if self._open is None:

@@ -34,6 +34,7 @@ class Delta(TypedDict, total=False):
     reasoning_content: str
     tool_calls: list[dict[str, Any]]
     prompt_progress: dict[str, int]
+    prompt: dict[str, int]  # once, with the first delta after the slot was prepared: n_prompt, n_reused
     logprobs: dict[str, Any]
 
 

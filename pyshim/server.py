@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -413,7 +414,9 @@ async def anthropic_messages(request: Request) -> Response:
             raise
 
         events = anthropic_api.MessageStream(msg)
-        return _EventStream(_relay(door, started, events, events.finish, stream, deltas, first))
+        prompt = first.get("prompt") if first is not None else None
+        opening = functools.partial(events.start, prompt)  # message_start with the input's tokens
+        return _EventStream(_relay(door, started, events, events.finish, stream, deltas, first, opening))
     except _ClientGone:
         return Response(status_code=499)
     except Exception as e:
@@ -478,12 +481,14 @@ async def _relay(
     stream: aio.AsyncStream,
     deltas: AsyncIterator[Any],
     delta: Any,
+    start: Callable[[], str] | None = None,
 ) -> AsyncGenerator[str, None]:
-    """The SSE body of a streamed call in another API's events: its opening events in one write
-    with the first delta's, one write per delta after, ``finish(result)``'s closing events; an
-    error after the 200 went out travels as the API's error event."""
+    """The SSE body of a streamed call in another API's events: its opening events (``start``,
+    else ``events.start``) in one write with the first delta's, one write per delta after,
+    ``finish(result)``'s closing events; an error after the 200 went out travels as the API's
+    error event."""
     try:
-        head, first_at = events.start(), None
+        head, first_at = (start or events.start)(), None
         while delta is not None:
             if chunk := head + events.delta(delta):
                 first_at = first_at or time.perf_counter()

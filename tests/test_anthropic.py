@@ -373,3 +373,17 @@ def test_errors_map_to_anthropic_types() -> None:
     headers = {"authorization": "Bearer k2"}
     assert anthropic_api.api_key({"x-api-key": "k1", **headers}) == "k1"
     assert anthropic_api.api_key(headers) == "k2" and anthropic_api.api_key({}) is None
+
+
+def test_message_start_carries_the_input_tokens(smol_url: str) -> None:
+    """Issue 58: message_start said input_tokens 0, the real count coming only in message_delta
+    (llama.cpp's own test_anthropic_messages_streaming fails on it; Anthropic counts at the start)."""
+    c = client(smol_url)
+    with c.messages.stream(model=SMOL, max_tokens=8, messages=SHORT) as stream:
+        start = next(e for e in stream if e.type == "message_start")
+        for _ in stream:
+            pass
+        final = stream.get_final_message()
+    at_start = start.message.usage.input_tokens + (start.message.usage.cache_read_input_tokens or 0)
+    assert at_start > 0
+    assert at_start == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)

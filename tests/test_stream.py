@@ -101,7 +101,10 @@ def test_long_prompts_report_progress(smol: pyshim.Model) -> None:
     assert len(progress) >= 2
     assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
     assert progress[-1]["processed"] == progress[-1]["total"] == r["n_prompt"] - r["n_reused"]
-    assert all(set(d) == {"prompt_progress"} for d in deltas if "prompt_progress" in d)
+    assert all(set(d) <= {"prompt_progress", "prompt"} for d in deltas if "prompt_progress" in d)  # no text
+    # the first delta says the prompt's size and what the cache held, once (ABI 1.12)
+    assert deltas[0]["prompt"] == {"n_prompt": r["n_prompt"], "n_reused": r["n_reused"]}
+    assert sum("prompt" in d for d in deltas) == 1
 
 
 # -- streams that are dropped, closed or finished release the model -----------------------------
