@@ -35,6 +35,8 @@ __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "
 # How often a cancelled call looks whether its worker has returned.
 _POLL_S = 0.05
 # The longest a stream's first delta waits for its reader (AsyncStream).
+# How long a stopped stream waits for its next delta to end the call before cancelling it.
+_STOP_GRACE_S = 0.5
 _FIRST_DELTA_WAIT_S = 0.05
 
 
@@ -237,6 +239,7 @@ class AsyncStream:
     def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
         self.result: Result | None = None
         self._args = (model, messages, tools, options)
+        self._stopping = False  # the reader stopped it: the next delta ends the call
         self._task: asyncio.Task[Result] | None = None
         self._iter: AsyncGenerator[Delta, None] | None = None
 
@@ -254,7 +257,9 @@ class AsyncStream:
         model, messages, tools, options = self._args
         read = threading.Event()  # the reader came back for more after the first delta
 
-        def on_delta(delta: Delta) -> None:
+        def on_delta(delta: Delta) -> bool:
+            if self._stopping:
+                return False  # stopped by the reader: the call ends "cancelled", with its result
             loop.call_soon_threadsafe(queue.put_nowait, delta)
             # The first delta waits (a bounded while) until the reader has handled it: on a
             # machine whose cores all compute the next token, the event loop would otherwise
@@ -264,6 +269,7 @@ class AsyncStream:
             if not read.is_set():
                 read.wait(_FIRST_DELTA_WAIT_S)
                 read.set()
+            return True
 
         # The worker's last call_soon_threadsafe precedes the task's completion, so the
         # end marker queued by the done callback comes after every delta.
@@ -279,11 +285,20 @@ class AsyncStream:
             await self._stop()
 
     async def _stop(self) -> None:
+        """Stop the generation: at its next delta, so that it ends "cancelled" with a result (its
+        tokens, which the door counts in /metrics); if no delta comes within a grace (it waits
+        for its turn, or evaluates a prompt), by cancelling its task."""
         task = self._task
-        if task is not None and not task.done():
+        if task is None or task.done():
+            return
+        self._stopping = True
+        done, _ = await asyncio.wait({task}, timeout=_STOP_GRACE_S)
+        if not done:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        elif not task.cancelled() and task.exception() is None and self.result is None:
+            self.result = task.result()
 
     async def aclose(self) -> None:
         """Stop the generation if it still runs, and wait until its worker has returned."""

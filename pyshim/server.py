@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -287,11 +288,14 @@ async def _events(
     first: Any,
     usage: bool,
 ) -> AsyncGenerator[str, None]:
-    """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``."""
+    """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``. A
+    call its client left is counted in /metrics too ("cancelled", with its tokens)."""
+    counted = False
+    first_at: float | None = None
     try:
         # The role chunk goes out in one write with the first delta: one send and one wake-up
         # of the client less before its first token.
-        head, first_at = _sse(comp.first_chunk(usage)), None
+        head = _sse(comp.first_chunk(usage))
         delta = first
         while delta is not None:
             chunk = comp.delta_chunk(delta, usage)
@@ -304,13 +308,17 @@ async def _events(
             yield head
         assert stream.result is not None
         door.metrics.generation(stream.result, started, first_at)
+        counted = True
         yield _sse(comp.final_chunk(stream.result, usage))
         if usage:
             yield _sse(comp.usage_chunk(stream.result))
     except Exception as e:  # after the 200 went out, an error can only travel as an event
         yield _sse(_error(e).body())
     finally:
-        await stream.aclose()
+        with anyio.CancelScope(shield=True):  # as in _relay: the client that left cancels this scope
+            await stream.aclose()
+        if not counted and stream.result is not None:
+            door.metrics.generation(stream.result, started, first_at)
     yield "data: [DONE]\n\n"
 
 
@@ -487,8 +495,10 @@ async def _relay(
     else ``events.start``) in one write with the first delta's, one write per delta after,
     ``finish(result)``'s closing events; an error after the 200 went out travels as the API's
     error event."""
+    counted = False
+    first_at: float | None = None
     try:
-        head, first_at = (start or events.start)(), None
+        head = (start or events.start)()
         while delta is not None:
             if chunk := head + events.delta(delta):
                 first_at = first_at or time.perf_counter()
@@ -497,11 +507,17 @@ async def _relay(
             delta = await anext(deltas, None)
         assert stream.result is not None
         door.metrics.generation(stream.result, started, first_at)
+        counted = True
         yield head + finish(stream.result)
     except Exception as e:
         yield events.error(_error(e))
     finally:
-        await stream.aclose()
+        # Starlette cancels a stream whose client left, and anyio keeps cancelling every await in
+        # its scope: the stop and the count are shielded, so that the call ends and is counted.
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+        if not counted and stream.result is not None:  # ended by the client's disconnect: it counts too
+            door.metrics.generation(stream.result, started, first_at)
 
 
 async def stored_response(request: Request) -> Response:

@@ -86,7 +86,8 @@ def test_leaving_a_stream_early_stops_it(smol: pyshim.Model) -> None:
                 n += 1
                 if n == 3:
                     break
-        assert not aio.gate(smol).running and stream.result is None
+        # as a sync Stream left early: the call ended "cancelled", with what it had decoded
+        assert not aio.gate(smol).running and (stream.result is None or stream.result["finish_reason"] == "cancelled")
         r = await smol.agenerate(user("Hi"), max_tokens=3)
         assert r["content"]
 

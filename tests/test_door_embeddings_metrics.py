@@ -8,6 +8,7 @@ by what was sent."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -127,3 +128,29 @@ def test_metrics_count_what_was_sent(url: str) -> None:
     assert moved("pyshim_embedding_inputs_total") == 3
     assert after["pyshim_slots"] == 2 and after["pyshim_requests_running"] == 0
     assert after["pyshim_requests_waiting"] == 0
+
+
+def test_a_stream_its_client_left_is_counted(url: str) -> None:
+    """Issue 58: a call ended by its client's disconnect was not in /metrics (cancelled stayed 0)
+    and its tokens were not counted."""
+    before = scrape(url)
+    body = {"model": SMOL, "messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 400,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"},
+                      timeout=60) as r:  # fmt: skip
+        for i, _ in enumerate(r.iter_lines()):
+            if i >= 6:
+                break  # leave after a few tokens
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        after = scrape(url)
+        if after.get("pyshim_generations_total{finish_reason=cancelled}", 0) > before.get(
+            "pyshim_generations_total{finish_reason=cancelled}", 0
+        ):
+            break
+        time.sleep(0.2)
+    moved = after.get("pyshim_generations_total{finish_reason=cancelled}", 0) - before.get(
+        "pyshim_generations_total{finish_reason=cancelled}", 0
+    )
+    assert moved == 1
+    assert after["pyshim_completion_tokens_total"] - before["pyshim_completion_tokens_total"] >= 2
