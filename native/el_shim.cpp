@@ -2,9 +2,9 @@
 // where exceptions stop.
 //
 // The story of one call, and the file that tells each part:
-//   1. the C entry points (this file) look the handle up, serialize calls on it and
-//      catch every exception, turning it into {"error": ...}; nothing below worries
-//      about the ABI;
+//   1. the C entry points (this file) look the handle up and catch every exception,
+//      turning it into {"error": ...}; calls on one handle run at once (the engine's
+//      scheduler orders their evaluations); nothing below worries about the ABI;
 //   2. request.cpp validates the JSON (json_args.cpp) and renders the prompt with the
 //      model's own chat template (llama.cpp's common/chat), tokenizes only what is new
 //      in it (token_cache.cpp) and chooses the grammar (tool_grammar.cpp: forced calls,

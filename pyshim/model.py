@@ -280,17 +280,19 @@ class Model(_Closes):
         lib().el_cancel(self.handle)
 
     def reset(self) -> None:
-        """Drop every cached token and checkpoint."""
-        lib().el_reset(self.handle)
+        """Drop every cached token and checkpoint, in memory and in the disk tier's files of this
+        model and settings. ``ClosedModel`` if the handle is closed or dead."""
+        _checked(lib().el_reset(self.handle), "reset")
 
     def forget(self, session: str | None = None, *, scope: str | None = None) -> None:
         """Drop what is cached for one session (see the ``session`` option; ``""``: calls that
         name none) of the default scope, or of ``scope``; a whole ``scope`` when ``session`` is
         None. ``forget()`` alone drops nothing (``reset()`` drops everything)."""
         if scope is not None:
-            lib().el_forget_scope(self.handle, scope.encode(), ffi.NULL if session is None else session.encode())
+            rc = lib().el_forget_scope(self.handle, scope.encode(), ffi.NULL if session is None else session.encode())
+            _checked(rc, "forget")
         elif session is not None:
-            lib().el_forget(self.handle, session.encode())
+            _checked(lib().el_forget(self.handle, session.encode()), "forget")
 
     def stats(self) -> dict[str, Any]:
         return take_json(lib().el_stats(self.handle))
@@ -345,6 +347,12 @@ class Stream(_Closes):
         self.result = self._call.result
         if self.result is not None:
             structured.attach(self.result, self._parse)
+
+
+def _checked(rc: int, what: str) -> None:
+    """el_reset and el_forget answer -1 only for a closed or dead handle (el_shim.h)."""
+    if rc != 0:
+        raise ClosedModel(f"{what}: the model is closed, or its handle failed")
 
 
 def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | None) -> Result:
