@@ -510,9 +510,9 @@ EL_API const char *el_last_error(void);
 **   logprobs           {"content": [{"token", "logprob", "bytes", "id",
 **                      "top_logprobs": [...]}]} when asked for; "id" (not in
 **                      OpenAI's shape) is the token id that logit_bias takes.
-**                      One per token of the output: the end-of-generation
-**                      token that ended it has none (1.12), so the tokens
-**                      join to the text
+**                      One per token of the output, so the tokens join to
+**                      the text; the end-of-generation token that ended it
+**                      is apart, under "end" (1.12)
 **   slot               which conversation slot served the call; null when
 **                      the call was cancelled before it was given one
 **   restored_from_host true when that slot's cache was restored from the

@@ -555,9 +555,10 @@ void Engine::consume(Prepared & p, DeltaStream & stream, bool streaming, llama_t
     CallReport &    rep = p.rep;
     if (llama_vocab_is_eog(vocab_, tok)) {
         rep.finish_reason = "stop";
-        // The end token is not part of the content: its logprob goes with it (and any of
-        // drafted tokens after it), so that the logprobs' tokens join to the content.
+        // The end token is not part of the content: its logprob moves to "end" (the differential
+        // tests compare it too), so that the content's logprobs join to the text.
         if (rep.logprobs.is_array() && rep.logprobs.size() >= rep.n_decoded && rep.n_decoded > 0) {
+            rep.logprobs_end = rep.logprobs[rep.n_decoded - 1];
             rep.logprobs.erase(rep.logprobs.begin() + (std::ptrdiff_t) (rep.n_decoded - 1), rep.logprobs.end());
         }
         return;

@@ -116,6 +116,9 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
     };
     if (with_logprobs) {
         out["logprobs"] = json{{"content", r.logprobs}};
+        if (!r.logprobs_end.is_null()) {
+            out["logprobs"]["end"] = r.logprobs_end;
+        }
     }
     if (!r.probe.is_null()) {
         out["_test_probe"] = r.probe;

@@ -33,7 +33,8 @@ struct CallReport {
     bool        restored_from_host = false;
     bool        shared_prefix      = false;
     bool        restored_from_disk = false;  // the slot started from a disk-tier entry  // the slot started from a copy of another conversation of the scope
-    json        logprobs = json::array();  // per generated token, when asked for
+    json        logprobs = json::array();  // per generated token of the output, when asked for
+    json        logprobs_end;              // the end-of-generation token's entry (null: none)
     json        probe;                     // test hook "probe": per position of the copy
 };
 

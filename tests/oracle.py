@@ -78,7 +78,7 @@ def text(rng: random.Random, n_words: int) -> str:
 
 
 def next_token_dist(result: dict[str, Any]) -> dict[int, float]:
-    first = result["logprobs"]["content"][0]
+    first = entries(result)[0]
     return {t["id"]: t["logprob"] for t in first["top_logprobs"]}
 
 
@@ -115,10 +115,18 @@ def trajectory_kl(
     """KL(fresh ‖ r) at every token the call `r` generated: a fresh handle evaluates the same
     prompt afresh and is forced through the same tokens, so a reply that a near tie sent
     elsewhere is still compared token by token."""
-    ids = [t["id"] for t in r["logprobs"]["content"]]
+    generated = entries(r)
+    ids = [t["id"] for t in generated]
     f = call(fresh, messages, tools, max_tokens=len(ids), cache_prompt=False, _test={"force": ids})
     assert f["n_reused"] == 0
-    return [kl(dist(a), dist(b)) for a, b in zip(f["logprobs"]["content"], r["logprobs"]["content"], strict=True)]
+    return [kl(dist(a), dist(b)) for a, b in zip(entries(f), generated, strict=True)]
+
+
+def entries(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every generated token's logprob entry: the output's, then the end token's (ABI 1.12 keeps
+    it apart, under "end"), which the oracles compare too."""
+    lp = result["logprobs"]
+    return [*lp["content"], *([lp["end"]] if lp.get("end") else [])]
 
 
 def divergence(
@@ -148,10 +156,7 @@ GREEDY = {"temperature": 0, "logprobs": True, "top_logprobs": 5}
 
 def tokens(result: dict[str, Any]) -> list[tuple[int, float, list[tuple[int, float]]]]:
     """Each generated token with its log probability and its top alternatives, as computed."""
-    return [
-        (t["id"], t["logprob"], [(a["id"], a["logprob"]) for a in t["top_logprobs"]])
-        for t in result["logprobs"]["content"]
-    ]
+    return [(t["id"], t["logprob"], [(a["id"], a["logprob"]) for a in t["top_logprobs"]]) for t in entries(result)]
 
 
 def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from conftest import SMOL, WEATHER_TOOL, user
+from oracle import entries
 
 import pyshim
 
@@ -150,8 +151,9 @@ def test_stop_strings_cut_the_output(smol: pyshim.Model) -> None:
 
 def test_logprobs_openai_shape(smol: pyshim.Model) -> None:
     r = smol.generate(user("Hi"), max_tokens=4, logprobs=True, top_logprobs=5)
-    content = r["logprobs"]["content"]
+    content = entries(r)  # the output's tokens, then the end token's apart (ABI 1.12)
     assert len(content) == r["n_decoded"]
+    assert "".join(e["token"] for e in r["logprobs"]["content"]) == r["content"]
     for entry in content:
         assert entry["logprob"] <= 0
         assert bytes(entry["bytes"]).decode("utf-8", "replace") == entry["token"] or entry["bytes"]
@@ -167,12 +169,12 @@ def test_logprobs_openai_shape(smol: pyshim.Model) -> None:
 def test_logit_bias_bans_a_token(smol: pyshim.Model) -> None:
     smol.reset()
     r = smol.generate(user("Hi"), max_tokens=1, logprobs=True, top_logprobs=2)
-    first, second = r["logprobs"]["content"][0]["top_logprobs"]
+    first, second = entries(r)[0]["top_logprobs"]
     smol.reset()
     banned = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(first["id"]): -100})
-    assert banned["logprobs"]["content"][0]["id"] == second["id"]
+    assert entries(banned)[0]["id"] == second["id"]
     boosted = smol.generate(user("Hi"), max_tokens=1, logprobs=True, logit_bias={str(second["id"]): 100})
-    assert boosted["logprobs"]["content"][0]["id"] == second["id"]
+    assert entries(boosted)[0]["id"] == second["id"]
 
 
 def test_ignore_eos_runs_to_max_tokens(smol: pyshim.Model) -> None:
