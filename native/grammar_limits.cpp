@@ -174,7 +174,7 @@ class Pattern {
             const size_t comma = body.find(',');
             const std::string top = comma == std::string::npos ? body : body.substr(comma + 1);
             const int64_t n = top.empty() ? 1 : std::min<int64_t>(std::atoll(top.c_str()), kMaxRepetition + 1);
-            return reps * std::max<int64_t>(1, n);
+            return std::min<int64_t>(reps * std::max<int64_t>(1, n), kMaxRepetition + 1);  // never overflows
         }
         return reps;
     }
