@@ -143,6 +143,9 @@ class Pattern {
         if (c == ')' || c == '*' || c == '+' || c == '?' || c == '{') {
             throw std::string("has a quantifier with nothing to repeat");
         }
+        if (c == ']' || c == '}') {
+            throw std::string("has a stray '") + c + "' (write \\" + c + " for the character)";
+        }
         if (c == '^' || c == '$') {
             throw std::string("has an anchor inside it: the grammar supports ^ and $ only at its ends");
         }
@@ -194,6 +197,9 @@ class Pattern {
                 throw std::string("has an unterminated {");
             }
             const std::string body = s_.substr(i_ + 1, close - i_ - 1);
+            if (body.empty()) {
+                throw std::string("has an empty count {}");
+            }
             const size_t comma = body.find(',');
             auto number = [&](const std::string & t, int64_t none) -> int64_t {
                 if (t.empty()) {
