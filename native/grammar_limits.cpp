@@ -73,7 +73,7 @@ class Pattern {
         }
         i_ = 1, end_ = s_.size() - 1;
         try {
-            alternation(1);
+            alternation();
             if (i_ != end_) {
                 return {"has an unbalanced ')'"};
             }
@@ -87,7 +87,8 @@ class Pattern {
 
   private:
     struct Part {
-        bool nullable = false;
+        bool    nullable = false;
+        int64_t reps     = 1;  // the largest product of counts inside (a{3}){4}: 12
     };
     struct Costly {
         std::string why;
@@ -95,33 +96,43 @@ class Pattern {
 
     char peek() const { return i_ < end_ ? s_[i_] : '\0'; }
 
-    Part alternation(int64_t reps) {
-        Part p = sequence(reps);
+    Part alternation() {
+        Part p = sequence();
         while (peek() == '|') {
             i_++;
-            p.nullable = sequence(reps).nullable || p.nullable;
+            const Part q = sequence();
+            p.nullable   = p.nullable || q.nullable;
+            p.reps       = std::max(p.reps, q.reps);
         }
         return p;
     }
 
-    Part sequence(int64_t reps) {
+    Part sequence() {
         Part seq{true};
         while (i_ < end_ && peek() != '|' && peek() != ')') {
             const size_t start = i_;
-            Part         a     = atom(reps);
-            const auto [lo, hi] = quantifier(reps);
+            Part         a     = atom();
+            const auto [lo, hi] = quantifier();
             if (hi != 1 && a.nullable) {
                 throw Costly{"repeats a part that can match nothing (" + s_.substr(start, i_ - start) +
                       "): its grammar keeps one live state per way of matching, checked for every token, so "
                       "its cost grows with the count; write the repetition on the non-empty part instead "
                       "(a{0,n} rather than (a?){n})"};
             }
+            // llama.cpp refuses a grammar past kMaxRepetition of nested counts together: checked
+            // as each count closes over what it repeats, so the product never grows past it
+            const int64_t reps = a.reps * std::max<int64_t>(1, std::max(lo, hi));
+            if (reps > kMaxRepetition) {
+                throw Costly{"repeats more than " + std::to_string(kMaxRepetition) + " times in all (" +
+                             s_.substr(start, i_ - start) + "), past what llama.cpp's grammar accepts"};
+            }
             seq.nullable = seq.nullable && (a.nullable || lo == 0);
+            seq.reps     = std::max(seq.reps, reps);
         }
         return seq;
     }
 
-    Part atom(int64_t reps) {
+    Part atom() {
         const char c = s_[i_++];
         if (c == '(') {
             if (peek() == '?') {
@@ -133,7 +144,7 @@ class Pattern {
             if (++depth_ > 100) {
                 throw std::string("nests groups deeper than 100");
             }
-            Part p = alternation(reps_of_group(i_, reps));
+            Part p = alternation();
             if (peek() != ')') {
                 throw std::string("has an unclosed '('");
             }
@@ -157,33 +168,8 @@ class Pattern {
         return Part{false};
     }
 
-    // A group's content runs as often as the group's own quantifier says: read it ahead, so
-    // that nested counts multiply (llama.cpp refuses a grammar past kMaxRepetition of them).
-    int64_t reps_of_group(size_t open, int64_t reps) const {
-        int depth = 1;
-        size_t j  = open;
-        for (; j < end_ && depth > 0; j++) {
-            if (s_[j] == '\\') {
-                j++;
-            } else if (s_[j] == '(') {
-                depth++;
-            } else if (s_[j] == ')') {
-                depth--;
-            }
-        }
-        if (j < end_ && s_[j] == '{') {
-            const size_t close = s_.find('}', j);
-            const std::string body = close == std::string::npos ? "" : s_.substr(j + 1, close - j - 1);
-            const size_t comma = body.find(',');
-            const std::string top = comma == std::string::npos ? body : body.substr(comma + 1);
-            const int64_t n = top.empty() ? 1 : std::min<int64_t>(std::atoll(top.c_str()), kMaxRepetition + 1);
-            return std::min<int64_t>(reps * std::max<int64_t>(1, n), kMaxRepetition + 1);  // never overflows
-        }
-        return reps;
-    }
-
-    // The quantifier after an atom, inside groups repeated `reps` times in all.
-    std::pair<int64_t, int64_t> quantifier(int64_t reps) {  // hi -1: unbounded
+    // The quantifier after an atom: (lo, hi), hi -1 unbounded.
+    std::pair<int64_t, int64_t> quantifier() {
         const char c = peek();
         std::pair<int64_t, int64_t> q{1, 1};
         if (c == '*' || c == '+' || c == '?') {
@@ -213,11 +199,6 @@ class Pattern {
             };
             q.first  = number(comma == std::string::npos ? body : body.substr(0, comma), 0);
             q.second = comma == std::string::npos ? q.first : number(body.substr(comma + 1), -1);
-            const int64_t top = std::max(q.first, q.second);
-            if (top > kMaxRepetition || top * reps > kMaxRepetition) {
-                throw Costly{"repeats more than " + std::to_string(kMaxRepetition) + " times in all ({" + body +
-                             "}), past what llama.cpp's grammar accepts"};
-            }
             i_ = close + 1;
         } else {
             return q;
