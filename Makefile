@@ -20,7 +20,7 @@ export PATH           := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 TEST_MODELS := qwen2.5-coder-0.5b-instruct gemma-3-270m smollm2-135m-instruct
 
-.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers bench-reuse bench-patches nopatch sanitize sanitize-python soak fuzz-long clean
+.PHONY: all venv vendor build models test test-nopatch bench-status test-install lint demo bench bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-speculative bench-shared-prefix bench-disk-prefix bench-rpc bench-agent bench-determinism rpc-server peers peers-upstream bench-row-cost bench-reuse bench-patches nopatch sanitize sanitize-python soak fuzz-long clean
 
 all: build
 
@@ -157,6 +157,19 @@ peers: vendor
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0 $(NO_AMX)
 	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-batched-bench llama-server llama
 
+# llama-bench from the pinned tree with no patch at all (build-nopatch's own copy): the upstream
+# floors that bench-peers and bench-overhead hold a next turn to, flash attention on and off
+# (bench/systems.py's PEERS_UPSTREAM). The peers above run pyshim's patched engine, so that they
+# and pyshim differ only in what wraps it; these say what plain llama.cpp costs.
+PEERS_UPSTREAM := build-peers-upstream
+peers-upstream: nopatch
+	test -f $(PEERS_UPSTREAM)/build.ninja || cmake -S build-nopatch/vendor/llama.cpp -B $(PEERS_UPSTREAM) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+	  -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+	  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0 $(NO_AMX)
+	cmake --build $(PEERS_UPSTREAM) -j $(JOBS) --target llama-bench
+
 # llama.cpp's rpc-server from the same pinned (and patched) tree, in a build dir of its own:
 # tests/test_rpc.py and bench/rpc.py start it on loopback. It has no authentication: never
 # let it listen on a network you do not trust. CMAKE_FLAGS=-DGGML_CUDA=ON gives a GPU server.
@@ -173,17 +186,17 @@ $(VENV)/.bench-stamp: $(VENV)/.stamp
 	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib
 	touch $@
 
-bench-peers: build models peers $(VENV)/.bench-stamp
+bench-peers: build models peers peers-upstream $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --out docs/bench-peers.md --chart docs/bench-peers-ttft.png
 
 # An agent's next turn at ~1k, ~4k and ~16k tokens, by the wall, pyshim beside llama-server and
 # llama-cpp-python (and pyshim with flash attention off, llama-cpp-python's setting), with the engine floor for the same tokens at that depth (llama-bench, same run):
 # the peers run's next-turn workloads alone (docs/bench-overhead.md).
-bench-overhead: build models peers $(VENV)/.bench-stamp
+bench-overhead: build models peers peers-upstream $(VENV)/.bench-stamp
 	$(PY) -m bench.peers --workloads overhead-1k overhead-4k overhead-16k \
 	  --systems pyshim llama-server llama-cpp-python pyshim-fa-off --out docs/bench-overhead.md
 
-bench: bench-patches bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-shared-prefix bench-disk-prefix bench-reuse
+bench: bench-patches bench-peers bench-overhead bench-decode bench-concurrent bench-door bench-rpc bench-agent bench-determinism bench-speculative bench-row-cost bench-shared-prefix bench-disk-prefix bench-reuse
 	$(MAKE) bench-status
 
 # Each report in docs/ with its commit and how many library commits it is behind HEAD; fails when
@@ -228,8 +241,13 @@ bench-patches: build models
 	  --models qwen2.5-coder-0.5b-instruct --out docs/bench-patches-analyse-once.md
 
 # Decode with and without self-speculation, beside llama-server's (docs/bench-speculative.md).
-bench-speculative: build models peers
+bench-speculative: build models peers peers-upstream
 	$(PY) -m bench.speculative --out docs/bench-speculative.md
+
+# A batch of 1-32 rows at depths 2k-16k: pyshim's engine beside plain llama.cpp, fa on and off
+# (docs/bench-row-cost.md).
+bench-row-cost: build models peers peers-upstream
+	$(PY) -m bench.row_cost --out docs/bench-row-cost.md
 
 # K conversations sharing one system prompt: tokens evaluated and wall, beside llama-server
 # (docs/bench-shared-prefix.md).

@@ -42,7 +42,7 @@ from typing import Any
 
 from bench.agent_session import TOOLS, conversation
 from bench.provenance import args_command, stamp
-from bench.systems import PEERS, THREADS, LlamaServer, System, open_system
+from bench.systems import PEERS, PEERS_UPSTREAM, THREADS, LlamaServer, System, open_system
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"]
@@ -276,8 +276,8 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.platform()}"
 
 
-def llama_bench(model: Path, reps: int, *args: str) -> list[dict[str, Any]]:
-    cmd = [str(PEERS / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-r", str(reps), "-o", "json", *args]
+def llama_bench(model: Path, reps: int, *args: str, peers: Path = PEERS) -> list[dict[str, Any]]:
+    cmd = [str(peers / "llama-bench"), "-m", str(model), "-t", str(THREADS), "-r", str(reps), "-o", "json", *args]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -306,13 +306,15 @@ def ceiling(model: Path, reps: int) -> dict[str, float]:
 # -- the model-time floor: what the engine alone would need -----------------------------
 
 
-def depth_floor(model: Path, n_new: int, depth: int, reps: int, flash_attn: str = "auto") -> dict[str, Any]:
+def depth_floor(
+    model: Path, n_new: int, depth: int, reps: int, flash_attn: str = "auto", peers: Path = PEERS
+) -> dict[str, Any]:
     """The engine alone on a next turn's work: ``llama-bench`` evaluating ``n_new`` tokens on
     top of ``depth`` cached ones (its depth is evaluated once and restored for each repetition),
     same tree and threads, with the attention setting of the system it is held against. One
     sample per repetition; a system's wall per call minus this is what it adds, whatever its own
     timers say."""
-    rows = llama_bench(model, reps, "-p", str(n_new), "-n", "0", "-d", str(depth), "-fa", flash_attn)
+    rows = llama_bench(model, reps, "-p", str(n_new), "-n", "0", "-d", str(depth), "-fa", flash_attn, peers=peers)
     pp = next(r for r in rows if r["n_prompt"] == n_new)
     samples = sorted(1000 * n_new / ts for ts in pp["samples_ts"])
     return {
@@ -339,6 +341,11 @@ def next_turn_floors(model: Path, results: list[dict[str, Any]], reps: int) -> d
             depth = int(counted[0]["n_prompt"]) - n_new
             settings = sorted({attention(r) for r in ran})
             floors[size] = {fa: depth_floor(model, n_new, depth, max(reps, 3) * 5, fa) for fa in settings}
+            if (PEERS_UPSTREAM / "llama-bench").exists():  # plain llama.cpp, no patch: the yardstick
+                for fa in ("on", "off"):
+                    floors[size][f"upstream-{fa}"] = depth_floor(
+                        model, n_new, depth, max(reps, 3) * 5, fa, peers=PEERS_UPSTREAM
+                    )
     return floors
 
 
@@ -495,6 +502,14 @@ def ms_span(lo_hi: list[float]) -> str:
     return f"{lo_hi[0]:.1f}–{lo_hi[1]:.1f}"
 
 
+def upstream_floor(data: dict[str, Any], model: str, size: str) -> dict[str, Any] | None:
+    """The better (faster) of plain llama.cpp's two floors at this depth, flash attention on or off:
+    what a user who dropped pyshim for llama.cpp itself would wait for, at best."""
+    here = data.get("floors", {}).get(model, {}).get(size, {})
+    both = [f for k, f in here.items() if k.startswith("upstream-")]
+    return min(both, key=lambda f: f["ms"]) if both else None
+
+
 def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
     """An agent's next turn on a long conversation, by the wall, every system side by side, with
     the engine's own time for the same tokens at that depth (llama-bench, this run)."""
@@ -511,8 +526,9 @@ def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
         "## An agent's next turn, by the wall",
         "",
         "| model | conversation | system | prompt tokens | evaluated per call | wall per call, median (min–max) "
-        "| / pyshim's | engine floor (llama-bench) | above the floor, median (p10–p90) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| / pyshim's | engine floor (llama-bench) | above the floor, median (p10–p90) "
+        "| upstream floor, the better of fa on/off | / upstream floor |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     other = False
     for m, size, s, r in rows:
@@ -532,9 +548,15 @@ def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
             a_cell = f"**{r['wall_ms'] - floor['ms']:.1f} ms** ({ms_span(above)}){mark}"
         else:
             f_cell, a_cell = "not measured", "not measured" + mark
+        up = upstream_floor(data, m, size)
+        u_cell, u_ratio = (
+            (f"{up['ms']:.1f} ms (fa {up['flash_attn']})", f"**{r['wall_ms'] / up['ms']:.2f}×**")
+            if up
+            else ("not measured", "")
+        )
         out.append(
             f"| {m} | ~{size} | {s} | {r['n_prompt']} | {n_eval} | {r['wall_ms']:.1f} ms ({ms_span(walls)}) "
-            f"| {ratio} | {f_cell} | {a_cell} |"
+            f"| {ratio} | {f_cell} | {a_cell} | {u_cell} | {u_ratio} |"
         )
     if other:
         out += [
@@ -555,7 +577,11 @@ def next_turn_table(data: dict[str, Any], find: Any) -> list[str]:
         "the rest of its prompt), same tree and threads, with the row's flash-attention setting (fa; "
         "llama-cpp-python turns it off, the others leave llama.cpp's auto, on for this CPU), 15 "
         "repetitions, median: "
-        "what no system built on this engine can go below. Above the floor is the wall minus that "
+        "what no system built on this engine can go below. The upstream floor is the same measurement by "
+        "`llama-bench` built from the pinned tree with no pyshim patch (`make peers-upstream`), flash "
+        "attention on and off, the faster of the two: what plain llama.cpp costs for this turn, the "
+        "yardstick a system is judged against (issue 55's target: pyshim's wall at most 0.8× it). "
+        "Above the floor is the wall minus that "
         "median: everything a system adds (its template, tokenizing, cache bookkeeping, sampling, JSON, "
         "HTTP or binding, and any engine work it does differently). No system's own timers enter these "
         "figures.",

@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "build-peers" / "bin"  # llama-bench, llama-server, libllama.so (make bench-peers)
+# llama-bench from the pinned tree with no patch (make peers-upstream): the upstream floors
+PEERS_UPSTREAM = ROOT / "build-peers-upstream" / "bin"
 THREADS = os.cpu_count() or 2
 
 

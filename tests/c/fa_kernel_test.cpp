@@ -1,11 +1,12 @@
-// fa_kernel_test.cpp -- ggml's CPU flash attention (with native/patches/ggml-cpu-fa-blocked-decode.patch)
-// against attention computed in double precision from the same rounded inputs.
+// fa_kernel_test.cpp -- ggml's CPU flash attention (with native/patches/ggml-cpu-fa-blocked-decode.patch
+// and ggml-cpu-fa-grouped-rows.patch) against attention computed in double precision from the same
+// rounded inputs.
 //
 // Invariant checked: for one query row per head (decode) and for 1 to 63 rows (a short prompt, a
 // draft), at cache depths from 256 to 3000 cells, F16 and F32 caches, sliding windows, masks with
 // holes, GQA ratios 1, 4, 7 and 8, with grouped-query
-// heads, several sequences, masked cells (a whole masked block included), logit soft-capping
-// and 1, 2 or 3 threads (ggml's split-KV path and its per-row path), every output value is
+// heads, several sequences, masked cells (a whole masked block included), logit soft-capping,
+// ALiBi slopes, attention sinks and 1, 2 or 3 threads (ggml's split-KV path and its per-row path), every output value is
 // within `tol` of the exact result. The blocked path sums in F32 (measured error < 1e-6), so
 // its tolerance is tight enough that dropping one cell of a thousand fails; the per-cell loop
 // it leaves in place keeps an F16 accumulator (measured error ~2e-3), and is held to F16's
@@ -38,7 +39,21 @@ struct Case {
     bool  f32  = false;  // K and V in F32 instead of F16
     int   window = 0;    // sliding window: a row sees only its last `window` cells (0: all)
     bool  holes = false; // every 9th cell masked for every row (cells of other sequences)
+    float max_bias = 0;  // ALiBi: visible cells carry -distance/100 in the mask, scaled per head
+    bool  sinks = false; // attention sinks: one logit per head in the denominator only
 };
+
+// ALiBi's slope for head h, as ggml derives it from max_bias.
+double alibi_slope(const Case & c, int h) {
+    if (c.max_bias <= 0) {
+        return 1.0;
+    }
+    const int    n_log2 = 1 << (int) std::floor(std::log2((double) c.heads));
+    const double m0 = std::pow(2.0, -(double) c.max_bias / n_log2), m1 = std::pow(2.0, -(double) c.max_bias / 2.0 / n_log2);
+    return h < n_log2 ? std::pow(m0, h + 1) : std::pow(m1, 2 * (h - n_log2) + 1);
+}
+
+float sink_of(int h) { return 0.5f + 0.25f * (float) (h % 5); }
 
 float round_f16(float x) { return ggml_fp16_to_fp32(ggml_fp32_to_fp16(x)); }
 
@@ -66,10 +81,14 @@ void reference(const Case & c, const std::vector<float> & q, const std::vector<f
         if (c.softcap != 0) {
             x = c.softcap * std::tanh(x);
         }
-        p[i] = x + mv;
+        p[i] = x + alibi_slope(c, h) * mv;
         m    = std::max(m, p[i]);
     }
     double sum = 0;
+    if (c.sinks) {  // the sink joins the maximum and the denominator, never the values
+        m   = std::max(m, (double) sink_of(h));
+        sum = std::exp(sink_of(h) - m);
+    }
     for (double & x : p) {
         x = x == -INFINITY ? 0.0 : std::exp(x - m);
         sum += x;
@@ -105,7 +124,8 @@ bool run(const Case & c, std::mt19937 & rng) {
                 // The last rows see a few more cells (causal), the tail is unused cache.
                 const int  seen    = c.valid - (c.rows - 1 - r);
                 const bool visible = i < seen && (c.window == 0 || i >= seen - c.window) && !(c.holes && i % 9 == 4);
-                mask[((size_t) s * c.rows + r) * c.cells + i] = visible ? 0.0f : -INFINITY;
+                const float near = c.max_bias > 0 ? round_f16(-0.01f * (float) (seen - 1 - i)) : 0.0f;
+                mask[((size_t) s * c.rows + r) * c.cells + i] = visible ? near : -INFINITY;
             }
         }
     }
@@ -127,7 +147,14 @@ bool run(const Case & c, std::mt19937 & rng) {
     }
     put_f16(tm, mask);
     const float   scale = 1.0f / std::sqrt((float) c.d);
-    ggml_tensor * out   = ggml_flash_attn_ext(ctx, tq, tk, tv, tm, scale, 0.0f, c.softcap);
+    ggml_tensor * out   = ggml_flash_attn_ext(ctx, tq, tk, tv, tm, scale, c.max_bias, c.softcap);
+    if (c.sinks) {
+        ggml_tensor * ts = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.heads);
+        for (int h = 0; h < c.heads; h++) {
+            ((float *) ts->data)[h] = sink_of(h);
+        }
+        ggml_flash_attn_ext_add_sinks(out, ts);
+    }
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     if (ggml_graph_compute_with_ctx(ctx, gf, c.threads) != GGML_STATUS_SUCCESS) {
@@ -178,6 +205,11 @@ int main() {
         {"short batch: GQA 7, 8 rows (a draft), 1 thread, F32", 64, 14, 2, 8, 2048, 2000, 1, 0.0f, 1, 1e-5f, true},
         {"short batch: GQA 4, 1 row, 3 threads, window", 128, 16, 4, 1, 3000, 2990, 1, 0.0f, 3, 1e-5f, false, 512},
         {"per-cell loop: heads of 256, 16 rows, GQA 4", 256, 8, 2, 16, 700, 650, 1, 0.0f, 2, 5e-3f},
+        // ALiBi slopes and attention sinks, in short batches and in decode (split across threads).
+        {"short batch: ALiBi, GQA 4, 12 rows, holes", 64, 8, 2, 12, 1300, 1250, 1, 0.0f, 2, 1e-5f, false, 0, true, 8.0f},
+        {"short batch: sinks, GQA 7, 5 rows, window", 64, 14, 2, 5, 1100, 1000, 1, 0.0f, 2, 1e-5f, false, 200, false, 0.0f, true},
+        {"decode: ALiBi, GQA 7, split across 2 threads", 64, 14, 2, 1, 2048, 2000, 1, 0.0f, 2, 1e-5f, false, 0, false, 8.0f},
+        {"decode: sinks and ALiBi, GQA 4, split across 2 threads", 128, 8, 2, 1, 1024, 1000, 1, 0.0f, 2, 1e-5f, false, 0, false, 4.0f, true},
     };
     std::mt19937 rng(1234);
     int          failed = 0;
