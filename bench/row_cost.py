@@ -10,7 +10,8 @@ pyshim patch, flash attention auto = on for this CPU), and the upstream build (b
 no patch) with flash attention on and off. Reported: milliseconds per batch (median of the
 repetitions) and each batch's cost over one row's on the same build.
 
-    python -m bench.row_cost [--model qwen2.5-coder-0.5b-instruct] [--reps 3] [--out docs/bench-row-cost.md]
+    python -m bench.row_cost [--model qwen2.5-coder-0.5b-instruct] [--reps 3] [--depths 2048 8192 16384]
+        [--out docs/bench-row-cost.md]
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ BUILDS: dict[str, tuple[Path, str]] = {
 }
 
 
-def measure(model: Path, reps: int) -> dict[str, dict[tuple[int, int], float]]:
+def measure(model: Path, reps: int, depths: list[int]) -> dict[str, dict[tuple[int, int], float]]:
     """Milliseconds per batch, by build, for each (depth, rows)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for name, (peers, fa) in BUILDS.items():
-        args = ["-p", ",".join(map(str, ROWS)), "-n", "0", "-d", ",".join(map(str, DEPTHS)), "-fa", fa]
+        args = ["-p", ",".join(map(str, ROWS)), "-n", "0", "-d", ",".join(map(str, depths)), "-fa", fa]
         rows = llama_bench(model, reps, *args, peers=peers)
         out[name] = {
             (r["n_depth"], r["n_prompt"]): statistics.median(1000 * r["n_prompt"] / ts for ts in r["samples_ts"])
@@ -47,7 +48,7 @@ def measure(model: Path, reps: int) -> dict[str, dict[tuple[int, int], float]]:
     return out
 
 
-def report(model: str, ms: dict[str, dict[tuple[int, int], float]], reps: int) -> str:
+def report(model: str, ms: dict[str, dict[tuple[int, int], float]], reps: int, depths: list[int]) -> str:
     names = list(BUILDS)
     lines = [
         f"# A short batch at depth: {model}",
@@ -58,7 +59,7 @@ def report(model: str, ms: dict[str, dict[tuple[int, int], float]], reps: int) -
         "| depth | rows | " + " | ".join(names) + " | pyshim / better upstream |",
         "|---:|---:|" + "---:|" * len(names) + "---:|",
     ]
-    for depth in DEPTHS:
+    for depth in depths:
         for n in ROWS:
             cells = [f"{ms[b][(depth, n)]:.1f} ({ms[b][(depth, n)] / ms[b][(depth, 1)]:.2f})" for b in names]
             best = min(ms[b][(depth, n)] for b in names[1:])
@@ -78,10 +79,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--depths", type=int, nargs="+", default=DEPTHS, help="cached tokens under each batch")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    ms = measure(models.path(args.model), args.reps)
-    publish(report(args.model, ms, args.reps), args.out, "bench.row_cost")
+    ms = measure(models.path(args.model), args.reps, args.depths)
+    publish(report(args.model, ms, args.reps, args.depths), args.out, "bench.row_cost")
 
 
 if __name__ == "__main__":
