@@ -487,7 +487,9 @@ def test_repetition_penalties_reach_the_sampler(smol_url: str) -> None:
     ask: Any = [{"role": "user", "content": "Repeat after me: hello hello hello hello hello hello hello hello"}]
     body: dict[str, Any] = {"model": SMOL, "messages": ask, "max_tokens": 48, "temperature": 0}
     plain = c.chat.completions.create(**body, extra_body={"ignore_eos": True}).choices[0].message.content or ""
-    assert plain.lower().count("hello") > 30
+    # it loops: every "hello" of 48 tokens (with its comma, two tokens each, since
+    # ggml-cpu-fa-grouped-rows moved smollm2's greedy path by a rounding; one token each before)
+    assert plain.lower().count("hello") >= 20
     penalised = c.chat.completions.create(**body, frequency_penalty=1.5, extra_body={"ignore_eos": True})
     assert (penalised.choices[0].message.content or "").lower().count("hello") < 15
     repeat = c.chat.completions.create(**body, extra_body={"ignore_eos": True, "repeat_penalty": 1.5})
@@ -511,7 +513,7 @@ def test_logprobs_join_to_the_content_without_the_end_token(smol_url: str) -> No
     """Issue 58: with finish_reason "stop" the logprobs ended with the end-of-turn token
     (<|im_end|>), plain and streamed, so their tokens no longer joined to the content."""
     c = client(smol_url)
-    body: dict[str, Any] = {"model": SMOL, "messages": SHORT, "max_tokens": 20, "temperature": 0, "logprobs": True}
+    body: dict[str, Any] = {"model": SMOL, "messages": SHORT, "max_tokens": 64, "temperature": 0, "logprobs": True}
     r = c.chat.completions.create(**body)
     assert r.choices[0].finish_reason == "stop"
     tokens = [t.token for t in r.choices[0].logprobs.content]  # type: ignore[union-attr]
