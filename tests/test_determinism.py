@@ -45,9 +45,11 @@ def run_sequence(spec: str, words: int, deterministic: bool, seed: str) -> list[
     path = model_path(spec)
     rng = random.Random(seed)
     config = {"n_ctx": 2048, "temperature": 0, "deterministic": deterministic}
-    disk = tempfile.mkdtemp(prefix="determinism-disk-")
+    disk_dir = tempfile.TemporaryDirectory(prefix="determinism-disk-")  # removed after the handle closes
+    disk = disk_dir.name
     handle = pyshim.Model(path, n_seq=2, n_batch=61, cache_dir=disk, **config)
     with (
+        disk_dir,
         contextlib.closing(_Closer(lambda: handle)),
         pyshim.Model(path, cache_dir=None, **config) as fresh,
     ):
