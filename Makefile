@@ -149,12 +149,14 @@ NO_AMX := -DCMAKE_PROJECT_INCLUDE=$(CURDIR)/native/cmake/no_amx.cmake
 
 # llama-bench, llama-server and a shared libllama.so for llama-cpp-python to load, so that
 # the binding (installed without its own copy of llama.cpp) runs the very same engine.
-peers: vendor
-	test -f $(PEERS)/build.ninja || cmake -S vendor/llama.cpp -B $(PEERS) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# How every llama.cpp tools tree is configured (peers, peers-upstream).
+LLAMA_TOOLS_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DBUILD_SHARED_LIBS=ON \
 	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF \
 	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
 	  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0 $(NO_AMX)
+peers: vendor
+	test -f $(PEERS)/build.ninja || cmake -S vendor/llama.cpp -B $(PEERS) $(LLAMA_TOOLS_CMAKE)
 	cmake --build $(PEERS) -j $(JOBS) --target llama-bench llama-batched-bench llama-server llama
 
 # llama-bench from the pinned tree with no patch at all (build-nopatch's own copy): the upstream
@@ -163,11 +165,7 @@ peers: vendor
 # and pyshim differ only in what wraps it; these say what plain llama.cpp costs.
 PEERS_UPSTREAM := build-peers-upstream
 peers-upstream: nopatch
-	test -f $(PEERS_UPSTREAM)/build.ninja || cmake -S build-nopatch/vendor/llama.cpp -B $(PEERS_UPSTREAM) -G Ninja \
-	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-	  -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-	  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_NUMBER=0 $(NO_AMX)
+	test -f $(PEERS_UPSTREAM)/build.ninja || cmake -S build-nopatch/vendor/llama.cpp -B $(PEERS_UPSTREAM) $(LLAMA_TOOLS_CMAKE)
 	cmake --build $(PEERS_UPSTREAM) -j $(JOBS) --target llama-bench
 
 # llama.cpp's rpc-server from the same pinned (and patched) tree, in a build dir of its own:

@@ -306,6 +306,11 @@ def ceiling(model: Path, reps: int) -> dict[str, float]:
 # -- the model-time floor: what the engine alone would need -----------------------------
 
 
+def batch_ms(row: dict[str, Any]) -> list[float]:
+    """One llama-bench result's samples as milliseconds per batch of its prompt tokens, ascending."""
+    return sorted(1000 * row["n_prompt"] / ts for ts in row["samples_ts"])
+
+
 def depth_floor(
     model: Path, n_new: int, depth: int, reps: int, flash_attn: str = "auto", peers: Path = PEERS
 ) -> dict[str, Any]:
@@ -316,7 +321,7 @@ def depth_floor(
     timers say."""
     rows = llama_bench(model, reps, "-p", str(n_new), "-n", "0", "-d", str(depth), "-fa", flash_attn, peers=peers)
     pp = next(r for r in rows if r["n_prompt"] == n_new)
-    samples = sorted(1000 * n_new / ts for ts in pp["samples_ts"])
+    samples = batch_ms(pp)
     return {
         "n_new": n_new,
         "depth": depth,

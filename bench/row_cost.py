@@ -20,7 +20,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.peers import llama_bench, machine
+from bench.peers import batch_ms, llama_bench, machine
 from bench.provenance import publish
 from bench.systems import PEERS, PEERS_UPSTREAM, THREADS
 from pyshim import models
@@ -40,10 +40,7 @@ def measure(model: Path, reps: int, depths: list[int]) -> dict[str, dict[tuple[i
     for name, (peers, fa) in BUILDS.items():
         args = ["-p", ",".join(map(str, ROWS)), "-n", "0", "-d", ",".join(map(str, depths)), "-fa", fa]
         rows = llama_bench(model, reps, *args, peers=peers)
-        out[name] = {
-            (r["n_depth"], r["n_prompt"]): statistics.median(1000 * r["n_prompt"] / ts for ts in r["samples_ts"])
-            for r in rows
-        }
+        out[name] = {(r["n_depth"], r["n_prompt"]): statistics.median(batch_ms(r)) for r in rows}
         print(name, out[name], flush=True)
     return out
 
