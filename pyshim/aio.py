@@ -24,11 +24,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from typing import TYPE_CHECKING, Any
 
 from ._lib import lib
+from .agent_core import AgentResult, Finish, Generate
 from .errors import ShimError
 from .model import Delta, Embeddings, EmbedInput, Message, Model, Result, ToolSpec
+from .tools import tool_error, tool_output
 
 if TYPE_CHECKING:
-    from .agent import Agent, AgentResult
+    from .agent import Agent
 
 __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "arun", "astream", "gate"]
 
@@ -322,40 +324,45 @@ def astream(
 
 
 async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-    """``Agent.run`` as a coroutine: the same steps (``Agent.begin``, ``after_turn``, ``begin_tool``,
-    ``end_tool``), with ``agenerate``; a plain tool runs in a thread, a coroutine tool is awaited."""
-    from .agent import AgentResult, tool_error, tool_output
-
-    state = agent.begin(prompt)
+    """``Agent.run`` as a coroutine over the same core (``pyshim.agent_core``), with ``agenerate``;
+    a plain tool runs in a thread, a coroutine tool is awaited."""
+    core = agent.core(prompt)
     loop = asyncio.get_running_loop()
+    on_event = agent.on_event
+
+    def flush() -> None:
+        for event in core.drain():
+            if on_event is not None:
+                on_event(event)
 
     def emit_text(delta: Delta) -> None:  # worker thread: hand the event to the loop
-        if content := delta.get("content"):
-            loop.call_soon_threadsafe(agent._emit, {"type": "text", "delta": content})
-
-    on_delta = emit_text if agent.on_event is not None else None
+        if on_event is not None and (content := delta.get("content")):
+            loop.call_soon_threadsafe(on_event, {"type": "text", "delta": content})
 
     while True:
-        turn = agent.next_turn(state)
-        if isinstance(turn, AgentResult):
-            return turn
-        try:
-            stream = on_delta if turn.stream else None
-            result = await agenerate(agent.model, turn.messages, turn.tools, on_delta=stream, **turn.options)
-        except ShimError as e:
-            return agent.stopped(state, e)
-        outcome = agent.after_turn(state, result)
-        if isinstance(outcome, AgentResult):
-            return outcome
-        for call in outcome:
-            name, runner = agent.begin_tool(state, call)
-            if isinstance(runner, str):
-                output = runner
-            else:
-                try:
-                    value = await asyncio.to_thread(runner)
-                    output = tool_output(await value if inspect.isawaitable(value) else value)
-                except Exception as e:  # the model gets to see and fix it
-                    output = tool_error(name, e)
-            agent.end_tool(state, call, output)
-        agent.end_round(state)
+        action = core.next_action()
+        flush()
+        if isinstance(action, Finish):
+            return action.result
+        if isinstance(action, Generate):
+            try:
+                stream = emit_text if action.stream and on_event is not None else None
+                result = await agenerate(agent.model, action.messages, action.tools, on_delta=stream, **action.options)
+            except ShimError as e:
+                core.turn_failed(e)
+                continue
+            core.turn_done(result)
+            continue
+        for call in action.calls:
+            args = core.start_tool(call)
+            flush()
+            core.tool_done(call, args if isinstance(args, str) else await _acall(agent, call, args))
+
+
+async def _acall(agent: Agent, call: dict[str, Any], args: dict[str, Any]) -> str:
+    name = call["function"]["name"]
+    try:
+        value = await asyncio.to_thread(agent.runners[name], args)
+        return tool_output(await value if inspect.isawaitable(value) else value)
+    except Exception as e:  # the model gets to see and fix it
+        return tool_error(name, e)

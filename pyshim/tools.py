@@ -34,7 +34,7 @@ import jsonschema
 
 from .errors import InvalidTool
 
-__all__ = ["Tool", "ToolArgumentError", "as_tool", "function_schema", "jsonable", "tool_output"]
+__all__ = ["Tool", "ToolArgumentError", "as_tool", "function_schema", "jsonable", "tool_error", "tool_output"]
 
 #: What OpenAI-style APIs and chat templates accept as a function name.
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -510,3 +510,10 @@ def tool_output(value: Any) -> str:
     ``jsonable(value)`` (so a datetime reads ``2025-03-04T09:00:00``, a dataclass an object)."""
     plain = jsonable(value)
     return plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)
+
+
+def tool_error(name: str, e: Exception) -> str:
+    """What the model sees when a tool call fails."""
+    if isinstance(e, (TypeError, ToolArgumentError)):
+        return f"error: bad arguments for {name}: {e}"
+    return f"error: {type(e).__name__}: {e}"

@@ -1,0 +1,451 @@
+"""One agent run as a state machine that does no I/O: ``pyshim.Agent.run`` and ``arun`` drive it.
+
+The core owns the transcript and every decision of the loop: what the model is asked next (the
+plain loop's turns, the nudges, plan mode's plan, steps, check and answer, which are states of this
+one machine, not a second loop), what a model turn means (calls to run, an answer, a stuck turn),
+how a call's arguments are checked before it runs, and what the run's result says. A driver only
+waits: it asks ``next_action()`` and does what it says (``Generate`` a turn, ``RunTools``, or
+``Finish``), hands back what came of it (``turn_done`` / ``turn_failed``, ``start_tool`` then
+``tool_done`` for each call), and passes on ``drain()``'s events. The invariant: a driver holds no
+state of the run and makes no decision, so the sync and async loops cannot drift apart (h11's
+split between protocol and transport, for the same reason).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import planner
+from .errors import AgentError, ContextFull, InvalidRequest, ShimError
+from .model import Result
+from .repeats import call_key, calls_in_text, nudge_text
+
+__all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec"]
+
+Event = dict[str, Any]
+
+# Options that shape tool calls: the planning and answer turns have no tools. The answer
+# keeps the caller's response_format; the plan, a list of lines, does not.
+_TOOL_OPTIONS = ("tool_choice", "parallel_tool_calls", "tool_call_recovery")
+# Stuck turns asked for the answer in a run: the first offers the tools that have not run yet,
+# the last offers none.
+MAX_NUDGES = 2
+# Turns one planned step may take: its first, and one after each round of calls, so a step can
+# chain calls (a lookup, then a lookup of what it found) without running on.
+MAX_STEP_TURNS = 3
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What an agent is, as far as its decisions go: tool names and schemas, options, limits."""
+
+    tools: tuple[str, ...] = ()
+    schemas: list[dict[str, Any]] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    max_steps: int = 8
+    plan: bool = False
+    system: str | None = None
+
+
+@dataclass
+class Generate:
+    """Ask the model for one turn: these messages, tools and options; ``stream``: whether its
+    text reaches the caller as ``"text"`` events."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    options: dict[str, Any]
+    stream: bool = True
+
+
+@dataclass
+class RunTools:
+    """Run these calls, in order: ``start_tool`` each, run it, then ``tool_done``."""
+
+    calls: list[dict[str, Any]]
+
+
+@dataclass
+class Finish:
+    """The run is over."""
+
+    result: AgentResult
+
+
+@dataclass
+class AgentResult:
+    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
+
+    ``stopped`` says why the loop ended: ``"answer"``, ``"max_steps"``,
+    ``"context_full"`` (the conversation no longer fits the model's context; ``error``
+    says by how much, and ``messages`` still holds everything up to that point), or
+    ``"call_as_text"``: the last turn wrote a tool call as its text, one already answered,
+    after the model was asked for the answer (``content`` is that text, not an answer).
+    """
+
+    content: str | None
+    messages: list[dict[str, Any]]
+    turns: list[Result] = field(default_factory=list)
+    stopped: str = "answer"
+    error: str | None = None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [c for m in self.messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+    @property
+    def tools_ran(self) -> list[dict[str, Any]]:
+        """The tool results of this transcript, in order: one ``{"role": "tool", ...}`` message per call run."""
+        return [m for m in self.messages if m.get("role") == "tool"]
+
+
+def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """The turn's message and calls, counting the calls the library found invalid for their
+    tool's schema (``invalid_tool_calls``) as calls, so each gets its error back as its result."""
+    calls = list(result.get("tool_calls") or [])
+    invalid_calls = result.get("invalid_tool_calls") or []
+    invalid = {c["id"]: c["error"] for c in invalid_calls}
+    if not invalid:
+        return result["message"], calls, invalid
+    calls += [{k: v for k, v in c.items() if k != "error"} for c in invalid_calls]
+    return {"role": "assistant", "content": None, "tool_calls": calls}, calls, invalid
+
+
+@dataclass
+class _Run:
+    """One run's transcript and bookkeeping; each method is one decision of the loop."""
+
+    messages: list[dict[str, Any]]
+    turns: list[Result] = field(default_factory=list)
+    done: set[tuple[str, str]] = field(default_factory=set)
+    nudges: int = 0  # stuck turns asked for the answer so far
+    offer: list[str] | None = None  # the tools the next turn is offered; None: all of them
+    tools: list[str] = field(default_factory=list)  # every tool's name
+    pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, to run
+    invalid: dict[str, str] = field(default_factory=dict)  # call id -> why its arguments fail the schema
+    question: str = ""  # the last user message the run began with
+    results: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (call, output), in order
+    tool_turns: int = 0  # model turns that could call tools, counted against max_steps
+    # Plan mode: "plan" (ask for the steps), "act" (the steps in turn), "replan" (what is still
+    # needed, once the steps ran out), "answer" (from the findings).
+    phase: str = "loop"
+    steps: list[str | None] = field(default_factory=list)  # None: the whole question, tools optional
+    step_turns: int = 0  # turns spent on the current step
+    step_found: int = 0  # how many results there were when the current step began
+    in_text: bool = False  # the current step's next turn has tools off
+    replanned: bool = False  # the plan was checked against what was found
+    plan_steps: list[str] = field(default_factory=list)  # the plan as the model wrote it
+    notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
+    system: str | None = None  # the caller's system message, for the planning and answer turns
+    history: list[dict[str, Any]] = field(default_factory=list)  # the conversation before the question
+
+    def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        options = dict(base)
+        if self.offer is not None:  # the turn after a nudge: only tools that have not run
+            options["tool_choice"] = "auto" if self.offer else "none"
+        elif self.phase == "act" and self.in_text:
+            options["tool_choice"] = "none"  # its call took nothing from the run: do the step in text
+        elif self.phase == "act" and (self.steps[0] is not None or self.step_turns):
+            # A planned step is a call, and so is the turn after a round of calls: a small model
+            # asked whether to call writes text, from memory. A call with no value from the run
+            # is not run (the step is then done in text), and a repeat ends the step.
+            options["tool_choice"] = "required"
+        return options
+
+    def begin_steps(self, steps: list[str]) -> None:
+        """Act on the plan: its steps in turn, or, for a one-step plan, the question as asked."""
+        self.phase = "act"
+        self.steps = list(steps) if len(steps) > 1 else [None]
+        self.plan_steps = list(steps)
+        self._open_step()
+
+    def _open_step(self) -> None:
+        self.step_turns = 0
+        self.step_found = len(self.results)
+        if (step := self.steps[0]) is not None:
+            self.messages.append(planner.step_message(step))
+
+    def act(self, result: Result) -> str:
+        """Record a turn of the plan's current step: "calls", "answer", "next", "retry" (the same
+        step again) or "context_full"."""
+        self.turns.append(result)
+        message, calls, self.invalid = _with_invalid_calls(result)
+        known = self.known()
+        fresh = [c for c in calls if call_key(c) not in self.done and planner.grounded(c, known)]
+        if calls and not fresh and not any(call_key(c) in self.done for c in calls):
+            self.pending = []  # only calls with values from nowhere: none is run
+            if self.step_turns == 0 and self.steps[0] is not None:
+                self.in_text = True  # the step again, tools off
+                return "retry"
+            return "next"
+        self.in_text = False
+        self.pending = fresh
+        self.step_turns += 1
+        if fresh or not calls:
+            self.messages.append(message if len(fresh) == len(calls) else {**message, "tool_calls": fresh})
+        if result.get("truncated"):
+            return "context_full"
+        if fresh:
+            self.tool_turns += 1
+            return "calls"
+        if calls:
+            return "next"  # it only repeats calls that ran: the step is done
+        if self.steps[0] is None:
+            return "next" if self.results else "answer"  # nothing looked up: the text is the answer
+        if len(self.results) == self.step_found:  # a step done in text, with no tool: the answer needs it
+            self.notes.append((self.steps[0], (result.get("content") or "").strip()))
+        return "next"
+
+    def known(self) -> str:
+        """What the run knows, for telling a call's arguments from invented ones."""
+        found = [f"{c['function']['arguments']} {out}" for c, out in self.results]
+        said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
+        return "\n".join([self.question, *self.plan_steps, *found, *said, *(t for _, t in self.notes)])
+
+    def after_calls(self, max_steps: int) -> None:
+        """A step's calls ran: it goes on (tools offered; a lookup may need a lookup of what it
+        found) until the model stops calling, within its turns and the run's budget."""
+        if not (self.tool_turns < max_steps and self.step_turns < MAX_STEP_TURNS):
+            self.next_step(max_steps)
+
+    def next_step(self, max_steps: int) -> None:
+        """The current step is done: take the next; once they run out, check the plan against
+        what was found (once, if something was); else go answer."""
+        self.steps.pop(0)
+        if self.tool_turns >= max_steps:
+            self.phase = "answer"
+        elif self.steps:
+            self._open_step()
+        else:
+            self.phase = "replan" if self.results and not self.replanned else "answer"
+
+    def replan(self, steps: list[str]) -> None:
+        """Act on the steps the check found still needed (each a planned step), or go answer."""
+        self.replanned = True
+        self.phase = "act" if steps else "answer"
+        if steps:
+            self.steps = list(steps)
+            self.plan_steps += steps
+            self._open_step()
+
+    def turn_tools(self, schemas: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if self.offer is None or schemas is None:
+            return schemas
+        return [t for t in schemas if t["function"]["name"] in self.offer] or None
+
+    def unused_tools(self) -> list[str]:
+        ran = {name for name, _ in self.done}
+        return [name for name in self.tools if name not in ran]
+
+    def take(self, result: Result) -> str:
+        """Record one model turn; returns what to do next: "answer", "nudge", "calls",
+        "context_full" or "call_as_text"."""
+        self.turns.append(result)
+        self.offer = None
+        message, calls, self.invalid = _with_invalid_calls(result)
+        if not calls and (written := calls_in_text(result.get("content"), self.tools)):
+            # A call written as the answer's text (tools were off, or the library could not
+            # recover it): a new one is run as a call; a repeat is a stuck turn.
+            calls = written
+            message = {"role": "assistant", "content": None, "tool_calls": written}
+        self.pending = calls
+        if _stuck(result, calls, self.done):
+            # Small models often ask again for results they already have, or run on writing
+            # calls as text. Ask, plainly, for the answer instead, restating the question and
+            # every result, and offer only the tools that have not run (a task may need one
+            # more); the last time, none. (Offering every tool again, as the doors do, made
+            # qwen2.5-coder-0.5b repeat once more and then write its calls as text.)
+            if self.nudges >= MAX_NUDGES and not result.get("tool_calls"):
+                # Asked for the answer twice, it wrote a call it has the result of: one last
+                # turn answers from the question and the results alone, as plan mode does,
+                # in a chat with no tool in sight.
+                self.phase = "answer"
+                return "nudge"
+            self.nudges += 1
+            self.offer = self.unused_tools() if self.nudges < MAX_NUDGES else []
+            content = nudge_text(self.question, self.results, self.offer)
+            self.messages.append({"role": "user", "content": content})
+            return "nudge"
+        self.messages.append(message)
+        if result.get("truncated"):
+            return "context_full"
+        return "calls" if calls else "answer"
+
+    def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
+        self.done.add(call_key(call))
+        self.results.append((call, output))
+        message = {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
+        self.messages.append(message)
+        return message
+
+    def result(self, stopped: str, error: str | None = None) -> AgentResult:
+        content = self.turns[-1].get("content") if stopped in ("answer", "call_as_text") and self.turns else None
+        return AgentResult(content, self.messages, self.turns, stopped, error)
+
+
+def _answer_messages(state: _Run) -> list[dict[str, Any]]:
+    return planner.answer_messages(state.question, state.results, state.notes, state.system, state.history)
+
+
+def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
+    if calls:
+        return all(call_key(c) in done for c in calls)
+    content = (result.get("content") or "").lstrip()
+    return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
+
+
+class AgentCore:
+    """One run of an agent: ask ``next_action()``, do it, report back; ``drain()`` the events."""
+
+    def __init__(self, spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> None:
+        self.spec = spec
+        self.state = _begin(spec, prompt)
+        self._events: list[Event] = []
+        self._final: AgentResult | None = None
+        self._to_run: list[dict[str, Any]] = []  # calls handed out by the last RunTools, not yet done
+
+    def drain(self) -> list[Event]:
+        """The events since the last drain, in order (``turn``, ``nudge``, ``plan``, ``tool_call``,
+        ``tool_result``); a driver passes them to ``on_event``."""
+        events, self._events = self._events, []
+        return events
+
+    def next_action(self) -> Generate | RunTools | Finish:
+        if self._final is not None:
+            return Finish(self._final)
+        if self._to_run:
+            return RunTools(list(self._to_run))
+        turn = self._next_turn()
+        if isinstance(turn, AgentResult):
+            self._final = turn
+            return Finish(turn)
+        return turn
+
+    def turn_failed(self, error: ShimError) -> None:
+        """A model turn failed: a full context ends the run with its transcript, anything else
+        raises ``AgentError`` carrying the transcript and the tools that ran."""
+        if isinstance(error, ContextFull):
+            self._final = self.state.result("context_full", str(error))
+            return
+        raise AgentError(f"the agent run stopped: {error}", self.state.result("error", str(error))) from error
+
+    def turn_done(self, result: Result) -> None:
+        """Record one model turn: the run ends here, or its calls are the next action."""
+        self._events.append({"type": "turn", "result": result})
+        outcome = self._after_plan_turn(result) if self.state.phase != "loop" else self._after_loop_turn(result)
+        if isinstance(outcome, AgentResult):
+            self._final = outcome
+        else:
+            self._to_run = list(outcome)
+
+    def start_tool(self, call: dict[str, Any]) -> dict[str, Any] | str:
+        """Announce a call; returns its arguments to run it with, or the error text the model gets."""
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        self._events.append({"type": "tool_call", "id": call["id"], "name": name, "arguments": arguments})
+        if call["id"] in self.state.invalid:  # the library checked it against the tool's schema
+            return f"error: {self.state.invalid[call['id']]}; call {name} again with valid arguments"
+        if name not in self.spec.tools:
+            return f"error: unknown tool {name!r}; available tools: {', '.join(sorted(self.spec.tools)) or 'none'}"
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e:
+            return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
+        if not isinstance(args, dict):
+            return "error: the arguments must be a JSON object"
+        return args
+
+    def tool_done(self, call: dict[str, Any], output: str) -> None:
+        """A call's output (its value as text, or its error); after a turn's last call, the next step."""
+        self.state.record(call, output)
+        name = call["function"]["name"]
+        self._events.append({"type": "tool_result", "id": call["id"], "name": name, "content": output})
+        self._to_run = [c for c in self._to_run if c["id"] != call["id"]]
+        if not self._to_run and self.state.phase == "act" and self.state.pending:
+            self.state.after_calls(self.spec.max_steps)  # plan mode: the step goes on, or the next
+
+    def _plain_options(self, **extra: Any) -> dict[str, Any]:
+        options = {k: v for k, v in self.spec.options.items() if k not in _TOOL_OPTIONS}
+        return {**options, **extra}
+
+    def _next_turn(self) -> Generate | AgentResult:
+        state = self.state
+        if state.phase in ("plan", "replan"):
+            options = self._plain_options(max_tokens=planner.PLAN_TOKENS)
+            options.pop("response_format", None)
+            if state.phase == "plan":
+                chat = planner.plan_messages(state.question, state.system, state.history)
+            else:
+                chat = planner.replan_messages(state.question, state.results, state.notes)
+            return Generate(chat, None, options, stream=False)
+        if state.phase == "answer":
+            return Generate(_answer_messages(state), None, self._plain_options())
+        if state.phase == "loop":  # plan mode bounds its rounds of calls in _Run.act
+            if state.tool_turns >= self.spec.max_steps:
+                return state.result("max_steps")
+            state.tool_turns += 1
+        return Generate(state.messages, state.turn_tools(self.spec.schemas), state.options(self.spec.options))
+
+    def _after_loop_turn(self, result: Result) -> AgentResult | list[dict[str, Any]]:
+        state = self.state
+        step = state.take(result)
+        if step == "nudge":
+            if state.phase == "loop":
+                self._events.append({"type": "nudge", "content": state.messages[-1]["content"]})
+            return []
+        if step == "context_full":
+            return state.result("context_full", "the context filled up during the model's turn")
+        if step in ("answer", "call_as_text"):
+            return state.result(step)
+        return state.pending
+
+    def _after_plan_turn(self, result: Result) -> AgentResult | list[dict[str, Any]]:
+        state = self.state
+        if state.phase in ("plan", "replan"):
+            steps = planner.parse_steps(result.get("content"), self.spec.max_steps)
+            state.turns.append(result)
+            if state.phase == "plan":
+                self._events.append({"type": "plan", "steps": steps})
+                state.begin_steps(steps)
+            else:
+                self._events.append({"type": "plan", "steps": steps, "revised": True})
+                state.replan(steps)
+            return []
+        if state.phase == "answer":
+            state.turns.append(result)
+            state.messages += [_answer_messages(state)[-1], result["message"]]
+            return state.result("call_as_text" if calls_in_text(result.get("content"), state.tools) else "answer")
+        step = state.act(result)
+        if step == "context_full":
+            return state.result("context_full", "the context filled up during the model's turn")
+        if step == "answer":
+            return state.result("answer")
+        if step == "next":
+            state.next_step(self.spec.max_steps)
+        return state.pending
+
+
+def _begin(spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:
+    """The opening transcript: the system message (if any), then the prompt."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    if spec.system is not None:
+        first = messages[0] if messages else {}
+        if first.get("role") not in ("system", "developer"):
+            messages.insert(0, {"role": "system", "content": spec.system})
+        elif first.get("content") != spec.system:
+            raise InvalidRequest(
+                "Agent(system=...) was given and the messages start with a different system message; "
+                "pass only one of them"
+            )
+    asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    state = _Run(messages, question=messages[asked[-1]]["content"] if asked else "", tools=list(spec.tools))
+    if asked:  # what the planning and answer turns see besides the question
+        first = messages[0]
+        lead = first.get("role") in ("system", "developer") and isinstance(first.get("content"), str)
+        state.system = first["content"] if lead else None
+        state.history = messages[1 if lead else 0 : asked[-1]]
+    if spec.plan and spec.schemas and state.question:
+        state.phase = "plan"
+    return state
