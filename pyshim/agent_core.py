@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import planner
+from .answers import calls_in_text, invented_numbers, verdict
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .model import Result
-from .repeats import call_key, calls_in_text, nudge_text
+from .repeats import LOOK_UP, call_key, nudge_text, relevant_tools, runaway, told_text
 
-__all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec"]
+__all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec", "ToolFailure"]
 
 Event = dict[str, Any]
 
@@ -36,6 +37,9 @@ MAX_NUDGES = 2
 # Turns one planned step may take: its first, and one after each round of calls, so a step can
 # chain calls (a lookup, then a lookup of what it found) without running on.
 MAX_STEP_TURNS = 3
+# The ends of a run whose content is the model's last text (an answer, or what stood in for one).
+_TEXT_ENDS = ("answer", "call_as_text", "no_answer", "unsupported")
+NO_ANSWER = {"empty": "the last turn was empty", "echo": "the last turn repeated the request"}
 
 
 @dataclass(frozen=True)
@@ -75,15 +79,37 @@ class Finish:
     result: AgentResult
 
 
+@dataclass(frozen=True)
+class ToolFailure:
+    """A call that gave the model no result: the tool raised, its arguments were refused (not
+    valid JSON, not the tool's schema, an unknown tool), or the agent did not run it (``refused``:
+    its figures came from neither the request nor a result, so the model made them up)."""
+
+    id: str
+    name: str
+    arguments: str
+    error: str
+    refused: bool = False
+
+
 @dataclass
 class AgentResult:
     """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
 
-    ``stopped`` says why the loop ended: ``"answer"``, ``"max_steps"``,
-    ``"context_full"`` (the conversation no longer fits the model's context; ``error``
-    says by how much, and ``messages`` still holds everything up to that point), or
-    ``"call_as_text"``: the last turn wrote a tool call as its text, one already answered,
-    after the model was asked for the answer (``content`` is that text, not an answer).
+    ``stopped`` says why the loop ended, and only ``"answer"`` means ``content`` is an answer:
+
+    - ``"answer"``: the last turn answered in text (not a call written as text, not the request
+      repeated back, not empty) and at least one call of each tool the run leaned on succeeded;
+    - ``"tools_failed"``: every call the run made failed; ``content`` says which and why (a
+      sentence of the library's, not the model's: a model with no result invents one);
+    - ``"call_as_text"``: after being asked for the answer, the model still wrote a tool call as
+      its text (``content`` is that text);
+    - ``"no_answer"``: the last turn was empty or repeated the request (``error`` says which);
+    - ``"max_steps"``, ``"context_full"`` (the conversation no longer fits the model's context;
+      ``error`` says by how much, and ``messages`` still holds everything up to that point), or
+      ``"error"`` (on ``AgentError.result``).
+
+    ``failures`` lists every call that gave no result, whatever ``stopped`` says.
     """
 
     content: str | None
@@ -91,6 +117,7 @@ class AgentResult:
     turns: list[Result] = field(default_factory=list)
     stopped: str = "answer"
     error: str | None = None
+    failures: list[ToolFailure] = field(default_factory=list)
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -141,10 +168,18 @@ class _Run:
     notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
     system: str | None = None  # the caller's system message, for the planning and answer turns
     history: list[dict[str, Any]] = field(default_factory=list)  # the conversation before the question
+    relevant: list[str] = field(default_factory=list)  # the tools the question gives a reason to call
+    failures: list[ToolFailure] = field(default_factory=list)  # calls that gave no result, in order
+    refused: set[str] = field(default_factory=set)  # ids of calls not run (figures from nowhere)
+    told: bool = False  # the model was told, before its answer, which lookups failed
+    looked_up: bool = False  # an answer from memory was sent back once for a lookup
+    force_call: bool = False  # the next turn must call a tool (that lookup)
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
-        if self.offer is not None:  # the turn after a nudge: only tools that have not run
+        if self.force_call:  # figures stated from memory: the turn after looks them up
+            options["tool_choice"] = "required"
+        elif self.offer is not None:  # the turn after a nudge: only tools that have not run
             options["tool_choice"] = "auto" if self.offer else "none"
         elif self.phase == "act" and self.in_text:
             options["tool_choice"] = "none"  # its call took nothing from the run: do the step in text
@@ -172,9 +207,17 @@ class _Run:
         """Record a turn of the plan's current step: "calls", "answer", "next", "retry" (the same
         step again) or "context_full"."""
         self.turns.append(result)
+        self.force_call = False
         message, calls, self.invalid = _with_invalid_calls(result)
         known = self.known()
-        fresh = [c for c in calls if call_key(c) not in self.done and planner.grounded(c, known)]
+        # The question as asked (a one-step plan) is the plain loop's turn: a call with figures
+        # from nowhere is answered with why it did not run (``AgentCore.start_tool``), not dropped.
+        whole = self.steps[0] is None
+        fresh = [c for c in calls if call_key(c) not in self.done and (whole or planner.grounded(c, known))]
+        for c in calls:
+            if call_key(c) not in self.done and not whole and not planner.grounded(c, known):
+                why = "not run: its arguments come from neither the request nor a result"
+                self.failures.append(ToolFailure(c["id"], c["function"]["name"], c["function"]["arguments"], why, True))
         if calls and not fresh and not any(call_key(c) in self.done for c in calls):
             self.pending = []  # only calls with values from nowhere: none is run
             if self.step_turns == 0 and self.steps[0] is not None:
@@ -193,8 +236,17 @@ class _Run:
             return "calls"
         if calls:
             return "next"  # it only repeats calls that ran: the step is done
+        if self.steps[0] is None and not self.results:
+            # Nothing looked up: the text is the answer, unless it states figures from memory
+            # (then, once, the question again with a call required).
+            if self.looked_up or not self.from_memory(result.get("content")):
+                return "answer"
+            self.looked_up = self.force_call = True
+            self.step_turns = 0  # the step again, from its start
+            self.messages.append({"role": "user", "content": LOOK_UP})
+            return "retry"
         if self.steps[0] is None:
-            return "next" if self.results else "answer"  # nothing looked up: the text is the answer
+            return "next"
         if len(self.results) == self.step_found:  # a step done in text, with no tool: the answer needs it
             self.notes.append((self.steps[0], (result.get("content") or "").strip()))
         return "next"
@@ -236,65 +288,155 @@ class _Run:
             return schemas
         return [t for t in schemas if t["function"]["name"] in self.offer] or None
 
+    def acts_as_asked(self) -> bool:
+        """Is the model acting on the question as asked (the plain loop, or a one-step plan)?"""
+        return self.phase == "loop" or (self.phase == "act" and bool(self.steps) and self.steps[0] is None)
+
     def unused_tools(self) -> list[str]:
         ran = {name for name, _ in self.done}
         return [name for name in self.tools if name not in ran]
 
     def take(self, result: Result) -> str:
         """Record one model turn; returns what to do next: "answer", "nudge", "calls",
-        "context_full" or "call_as_text"."""
+        "context_full" or "tools_failed"."""
         self.turns.append(result)
-        self.offer = None
+        self.offer, self.force_call = None, False
         message, calls, self.invalid = _with_invalid_calls(result)
-        if not calls and (written := calls_in_text(result.get("content"), self.tools)):
+        kind = "calls" if calls else _kind(result, self.question, self.tools)
+        if kind == "call_as_text" and (written := calls_in_text(result.get("content"), self.tools)):
             # A call written as the answer's text (tools were off, or the library could not
             # recover it): a new one is run as a call; a repeat is a stuck turn.
-            calls = written
+            calls, kind = written, "calls"
             message = {"role": "assistant", "content": None, "tool_calls": written}
         self.pending = calls
-        if _stuck(result, calls, self.done):
-            # Small models often ask again for results they already have, or run on writing
-            # calls as text. Ask, plainly, for the answer instead, restating the question and
-            # every result, and offer only the tools that have not run (a task may need one
-            # more); the last time, none. (Offering every tool again, as the doors do, made
-            # qwen2.5-coder-0.5b repeat once more and then write its calls as text.)
-            if self.nudges >= MAX_NUDGES and not result.get("tool_calls"):
-                # Asked for the answer twice, it wrote a call it has the result of: one last
-                # turn answers from the question and the results alone, as plan mode does,
-                # in a chat with no tool in sight.
-                self.phase = "answer"
-                return "nudge"
-            self.nudges += 1
-            self.offer = self.unused_tools() if self.nudges < MAX_NUDGES else []
-            content = nudge_text(self.question, self.results, self.offer)
-            self.messages.append({"role": "user", "content": content})
+        if kind == "calls" and all(runaway(c, self.results) for c in calls):
+            kind = "runaway"  # the same tool fed its own output again and again: stuck
+        if (kind == "calls" and not all(call_key(c) in self.done for c in calls)) or result.get("truncated"):
+            self.messages.append(message)
+            return "context_full" if result.get("truncated") else "calls"
+        if kind == "answer":
+            return self._answered(result, message)
+        return self._stuck(bool(result.get("tool_calls")))
+
+    def _stuck(self, called: bool, again: bool = False) -> str:
+        """A turn that is no step forward: it repeats calls that ran, writes a call as text that
+        cannot run, repeats the request, or is empty. Small models do all of these. Ask, plainly,
+        for the answer instead, restating the question and every result, and offer only the tools
+        that have not run (a task may need one more), naming only those the question gives a
+        reason to call; the last time, none. (Offering every tool again, as the doors do, made
+        qwen2.5-coder-0.5b repeat once more and then write its calls as text; naming a tool the
+        question has no use for made it call that tool.)"""
+        if self.nudges >= MAX_NUDGES and not called:
+            # Asked for the answer twice, it still wrote no answer: one last turn answers from the
+            # question and the results alone, as plan mode does, in a chat with no tool in sight.
+            self.phase = "answer"
             return "nudge"
+        self.nudges += 1
+        # ``again``: the answer stated figures no result holds, so a tool that ran may be needed
+        # again, for another argument (the second city's population).
+        unused = self.tools if again else self.unused_tools()
+        self.offer = list(unused) if self.nudges < MAX_NUDGES else []
+        nudge = nudge_text(self.question, self.results, self.offer, named=self.relevant)
+        self.messages.append({"role": "user", "content": nudge})
+        return "nudge"
+
+    def _answered(self, result: Result, message: dict[str, Any]) -> str:
+        """A text answer: final, unless it leans on nothing (figures from memory, no lookup made:
+        sent back once to look them up) or some lookups failed and the model was not yet told so
+        plainly (one more turn, tools off, with the failures spelled out)."""
         self.messages.append(message)
-        if result.get("truncated"):
-            return "context_full"
-        return "calls" if calls else "answer"
+        if self.failures and not self.succeeded():
+            return "tools_failed"
+        if not self.results and not self.looked_up and self.tools and self.from_memory(result.get("content")):
+            self.looked_up = self.force_call = True
+            self.messages.append({"role": "user", "content": LOOK_UP})
+            return "nudge"
+        if (failed := self.failed_tools()) and not self.told:
+            self.told, self.offer = True, []
+            self.messages.append({"role": "user", "content": told_text(self.question, failed)})
+            return "nudge"
+        if self.results and self.nudges < MAX_NUDGES and self.unsupported(result.get("content")):
+            self.messages.pop()  # not an answer to build on: the nudge restates what was found
+            return self._stuck(False, again=True)
+        return "answer"
+
+    def unsupported(self, content: str | None) -> list[float]:
+        """The figures an answer states that neither the request, the conversation, the plan nor
+        any call or result of the run holds."""
+        return invented_numbers(content or "", [self.known()])
+
+    def from_memory(self, content: str | None) -> bool:
+        """Does the text state figures that neither the request nor the conversation before it holds?"""
+        said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
+        return bool(invented_numbers(content or "", [self.question, *said]))
+
+    def succeeded(self) -> bool:
+        return any(not output.startswith("error:") for _, output in self.results)
+
+    def failed_tools(self) -> list[ToolFailure]:
+        """The failures of tools that never returned a result in this run (a tool that failed once
+        and then answered a retry has its result)."""
+        ok = {call["function"]["name"] for call, output in self.results if not output.startswith("error:")}
+        return [f for f in self.failures if f.name not in ok]
+
+    def conclude(self, result: Result) -> AgentResult:
+        """The run's result from its last turn, which was to be the answer."""
+        kind = _kind(result, self.question, self.tools)
+        if kind in ("empty", "echo"):
+            return self.result("no_answer", NO_ANSWER[kind])
+        if kind == "call_as_text":
+            return self.result("call_as_text")
+        if self.failures and not self.succeeded():
+            return self.result("tools_failed")
+        if made_up := self.unsupported(result.get("content")):
+            figures = ", ".join(f"{n:g}" for n in made_up)
+            return self.result(
+                "unsupported", f"the answer states figures no tool returned and the request does not hold: {figures}"
+            )
+        return self.result("answer")
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
         self.done.add(call_key(call))
+        if output.startswith("error:"):
+            fn, refused = call["function"], call["id"] in self.refused
+            self.failures.append(ToolFailure(call["id"], fn["name"], fn["arguments"], output[6:].strip(), refused))
         self.results.append((call, output))
         message = {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": output}
         self.messages.append(message)
         return message
 
     def result(self, stopped: str, error: str | None = None) -> AgentResult:
-        content = self.turns[-1].get("content") if stopped in ("answer", "call_as_text") and self.turns else None
-        return AgentResult(content, self.messages, self.turns, stopped, error)
+        content = self.turns[-1].get("content") if stopped in _TEXT_ENDS and self.turns else None
+        if stopped == "tools_failed":
+            content = failed_text(self.failures)
+        return AgentResult(content, self.messages, self.turns, stopped, error, list(self.failures))
 
 
 def _answer_messages(state: _Run) -> list[dict[str, Any]]:
     return planner.answer_messages(state.question, state.results, state.notes, state.system, state.history)
 
 
-def _stuck(result: Result, calls: list[dict[str, Any]], done: set[tuple[str, str]]) -> bool:
-    if calls:
-        return all(call_key(c) in done for c in calls)
-    content = (result.get("content") or "").lstrip()
-    return bool(done) and result.get("finish_reason") == "length" and content.startswith(("{", "[", "```"))
+def _made_up(args: dict[str, Any], known: str) -> list[float]:
+    """The figures in a call's arguments when none of them is one the run knows (the request,
+    earlier results): a small model's guess (``divide(a=1e9, b=5e8)`` for two populations it never
+    looked up). Whole numbers 0-10 written plainly do not count either way."""
+    made_up = invented_numbers(json.dumps(args, ensure_ascii=False), [known])
+    stated = invented_numbers(json.dumps(args, ensure_ascii=False), [])
+    return made_up if stated and len(made_up) == len(stated) else []
+
+
+def failed_text(failures: Sequence[ToolFailure]) -> str:
+    """A run's content when every call failed: what failed and why, in the library's words."""
+    lines = [f"- {f.name}({f.arguments}): {f.error}" for f in failures]
+    return "No answer: every tool call failed.\n" + "\n".join(lines)
+
+
+def _kind(result: Result, question: str, tools: Sequence[str]) -> str:
+    """``answers.verdict`` of a turn's text; text cut at the token limit that began as a call
+    (small models run on writing calls) is a call written as text too."""
+    content = result.get("content") or ""
+    cut = result.get("finish_reason") == "length" and content.lstrip().startswith(("{", "[", "```", "<tool_call>"))
+    return "call_as_text" if cut else verdict(content, question, tools)
 
 
 class AgentCore:
@@ -355,6 +497,15 @@ class AgentCore:
             return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object"
+        if self.state.acts_as_asked() and (made_up := _made_up(args, self.state.known())):
+            # Plan mode drops such a call before it is announced (``_Run.act``); the plain loop
+            # answers it, so the model sees why and can look the figures up.
+            self.state.refused.add(call["id"])
+            figures = ", ".join(f"{n:g}" for n in made_up)
+            return (
+                f"error: not run: {figures} appear in neither my question nor any tool result. "
+                "Look them up with a tool first, or use the values the results gave."
+            )
         return args
 
     def tool_done(self, call: dict[str, Any], output: str) -> None:
@@ -397,8 +548,8 @@ class AgentCore:
             return []
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")
-        if step in ("answer", "call_as_text"):
-            return state.result(step)
+        if step in ("answer", "tools_failed"):
+            return state.conclude(result)
         return state.pending
 
     def _after_plan_turn(self, result: Result) -> AgentResult | list[dict[str, Any]]:
@@ -416,12 +567,12 @@ class AgentCore:
         if state.phase == "answer":
             state.turns.append(result)
             state.messages += [_answer_messages(state)[-1], result["message"]]
-            return state.result("call_as_text" if calls_in_text(result.get("content"), state.tools) else "answer")
+            return state.conclude(result)
         step = state.act(result)
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")
         if step == "answer":
-            return state.result("answer")
+            return state.conclude(result)
         if step == "next":
             state.next_step(self.spec.max_steps)
         return state.pending
@@ -441,6 +592,7 @@ def _begin(spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:
             )
     asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)]
     state = _Run(messages, question=messages[asked[-1]]["content"] if asked else "", tools=list(spec.tools))
+    state.relevant = relevant_tools(state.question, spec.schemas or [])
     if asked:  # what the planning and answer turns see besides the question
         first = messages[0]
         lead = first.get("role") in ("system", "developer") and isinstance(first.get("content"), str)

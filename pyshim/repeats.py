@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import planner
 
-__all__ = ["NUDGE", "answered", "call_key", "calls_in_text", "nudge", "nudge_text", "repeats_only"]
+__all__ = [
+    "LOOK_UP",
+    "NUDGE",
+    "answered",
+    "call_key",
+    "nudge",
+    "nudge_text",
+    "relevant_tools",
+    "repeats_only",
+    "told_text",
+]
 
 
 def call_key(call: Mapping[str, Any]) -> tuple[str, str]:
@@ -66,54 +75,165 @@ def _question(messages: list[Mapping[str, Any]]) -> str | None:
 NUDGE = "Using the tool results above, answer my original question in plain text. Do not call any more tools."
 
 
-def nudge_text(question: str | None, results: list[tuple[dict[str, Any], str]], unused: Sequence[str] = ()) -> str:
+def nudge_text(
+    question: str | None,
+    results: list[tuple[dict[str, Any], str]],
+    unused: Sequence[str] = (),
+    named: Sequence[str] | None = None,
+) -> str:
     """The request for the answer after a stuck turn: the question and every result, so that a
     small model that lost the thread of a long transcript can still state them all. With tools
-    off it says so; ``unused`` names the tools still offered (those that have not run)."""
+    off it says so; with ``unused`` (the tools still offered) it says a call may still be due,
+    naming only ``named`` (all of ``unused`` when None): the tools the question gives a reason to
+    call. (Naming a tool made a 0.5B model call it, whether or not the question needed it.)"""
+    named = list(unused) if named is None else [t for t in named if t in unused]
+    may_call = f"needs {' or '.join(named)}, call it now" if named else "needs another tool, call it now"
     if not results:
-        return NUDGE
+        if not question:
+            return NUDGE
+        if unused:
+            return f"My question was: {question}\nIf it {may_call}. Otherwise answer it."
+        return f"My question was: {question}\nAnswer it in plain text, in your own words."
     asked = f"My question was: {question}\n" if question else ""
     ending = "Now answer my question in plain text, stating every result. Do not call any more tools."
     if unused:
-        ending = (
-            f"If my question still needs {' or '.join(unused)}, call it now. Otherwise answer my question in plain "
-            "text, stating every result."
-        )
+        ending = f"If my question still {may_call}. Otherwise answer my question in plain text, stating every result."
     return f"{asked}The tools returned:\n{planner.facts(results)}\n{ending}"
-
-
-_FENCE = re.compile(r"^\s*(?:```[a-zA-Z]*|<tool_call>)\s*(.*?)\s*(?:```|</tool_call>)?\s*$", re.DOTALL)
-
-
-def calls_in_text(content: str | None, tools: Collection[str]) -> list[dict[str, Any]]:
-    """The tool calls that a turn wrote as its whole text (bare JSON, fenced, or in
-    ``<tool_call>`` tags: ``{"name", "arguments" | "parameters"}`` or a list of them) naming
-    one of ``tools``, as OpenAI tool calls; [] when the text is anything else."""
-    if not content or not content.strip().startswith(("{", "[", "`", "<tool_call>")):
-        return []
-    match = _FENCE.match(content)
-    try:
-        value = json.loads(match.group(1) if match else content)
-    except (json.JSONDecodeError, TypeError):
-        return []
-    items = value if isinstance(value, list) else [value]
-    calls = []
-    for item in items:
-        if not isinstance(item, dict) or item.get("name") not in tools:
-            return []
-        args = item.get("arguments", item.get("parameters", {}))
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                return []
-        if not isinstance(args, dict):
-            return []
-        function = {"name": item["name"], "arguments": json.dumps(args, ensure_ascii=False)}
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
-    return calls
 
 
 def nudge(messages: list[Mapping[str, Any]]) -> dict[str, str]:
     """``nudge_text`` as the user message that follows ``messages``."""
     return {"role": "user", "content": nudge_text(_question(messages), answered(messages))}
+
+
+# An answer that states figures no lookup gave, with no lookup made: the next turn must call a tool.
+LOOK_UP = "Do not answer from memory. Call a tool to look up what my question needs."
+
+
+def told_text(question: str, failed: Sequence[Any]) -> str:
+    """The turn before the answer when lookups failed: which failed and why, said plainly, so
+    the answer reports them instead of filling the gap (``failed``: ``agent_core.ToolFailure``)."""
+    lines = "\n".join(f"- {f.name}({f.arguments}) failed: {f.error}. It returned nothing." for f in failed)
+    return (
+        f"These lookups failed, so their results are unknown:\n{lines}\n"
+        f"Answer my question again: {question}\nState the results the tools did return, and for each failed "
+        "lookup say that it could not be found. Do not guess or make up a value for it."
+    )
+
+
+# Words that say nothing about what a tool is for.
+_STOP = frozenset(
+    [
+        "what",
+        "which",
+        "when",
+        "where",
+        "with",
+        "from",
+        "that",
+        "this",
+        "then",
+        "than",
+        "them",
+        "they",
+        "their",
+        "there",
+        "these",
+        "those",
+        "tell",
+        "give",
+        "show",
+        "have",
+        "does",
+        "each",
+        "much",
+        "many",
+        "also",
+        "into",
+        "about",
+        "please",
+        "could",
+        "would",
+        "should",
+        "your",
+        "mine",
+        "just",
+        "only",
+        "some",
+        "same",
+        "using",
+        "used",
+        "returns",
+        "return",
+        "value",
+        "values",
+        "result",
+        "results",
+        "number",
+        "numbers",
+        "given",
+        "call",
+        "tool",
+        "tools",
+    ]
+)
+
+
+def _stems(text: str) -> set[str]:
+    words = re.findall(r"[a-z]+", text.replace("_", " ").lower())
+    return {w[:5] for w in words if len(w) >= 4 and w not in _STOP}
+
+
+def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The tools the question gives a reason to call: a word of the tool's name or description
+    shares its stem with a word of the question (first five letters; "divided" and "divide").
+    A nudge names and offers only these, never a tool the run has no use for."""
+    asked = _stems(question)
+    out = []
+    for schema in schemas:
+        fn = schema.get("function") or {}
+        if _stems(f"{fn.get('name', '')} {fn.get('description', '')}") & asked:
+            out.append(str(fn.get("name")))
+    return out
+
+
+def _args(call: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        args = json.loads(call["function"]["arguments"] or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def _fed(call: Mapping[str, Any], before: Mapping[str, Any], output: str) -> bool:
+    """Is ``call`` the call ``before`` again, with one argument replaced by that call's output?"""
+    now, then = _args(call), _args(before)
+    if (
+        now is None
+        or then is None
+        or call["function"]["name"] != before["function"]["name"]
+        or now.keys() != then.keys()
+    ):
+        return False
+    changed = [k for k in now if now[k] != then[k]]
+    try:
+        value = float(output)
+    except ValueError:
+        return len(changed) == 1 and str(now[changed[0]]).strip() == output.strip()
+    return (
+        len(changed) == 1
+        and isinstance(now[changed[0]], (int, float))
+        and abs(now[changed[0]] - value) < 1e-9 * max(1.0, abs(value))
+    )
+
+
+def runaway(call: Mapping[str, Any], results: Sequence[tuple[Mapping[str, Any], str]]) -> bool:
+    """Does the call feed a tool's output back into it for the second time running? A small model
+    that got ``multiply(12, 7) = 84`` calls ``multiply(84, 7)``, then ``multiply(588, 7)``, to
+    its step limit. Once is a chain a request may ask for ("square 2, then square the result");
+    twice in a row is taken as a stuck turn."""
+    same = [(c, out) for c, out in results if c["function"]["name"] == call["function"]["name"]]
+    if len(same) < 2:
+        return False
+    (before, out1), (last, out2) = same[-2], same[-1]
+    return _fed(call, last, out2) and _fed(last, before, out1)

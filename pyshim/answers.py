@@ -1,0 +1,185 @@
+"""Is a model's text an answer? Calls written as text, echoes, empty turns and invented figures (sans-IO).
+
+Small models end a tool run with text that is not an answer: the tool calls they meant to make,
+written out as JSON (one object, a list, one object per line, fenced, in ``<tool_call>`` tags, or
+as ``name(arguments)``), the user's request repeated back, or nothing at all. An agent that calls
+such a turn an answer hands its caller a non-answer as if it were one. The invariant this module
+keeps: ``verdict`` says ``"answer"`` only for text that is none of those, and it decides from the
+text and what the run knows alone, never from which task is being run (``pyshim.agent_core``
+acts on it; the doors do not, since there the caller's own loop decides).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+import uuid
+from collections.abc import Collection, Iterable
+from typing import Any
+
+__all__ = ["calls_in_text", "invented_numbers", "numbers", "verdict"]
+
+_FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*```", re.DOTALL)
+_TAG = re.compile(r"</?tool_call>")
+_PY_CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*;?\s*$", re.DOTALL)
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """The JSON values the text is made of, one after another (whitespace, commas or newlines
+    between them), or None when anything else is in it."""
+    decoder, values, i = json.JSONDecoder(), [], 0
+    text = text.strip()
+    while i < len(text):
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+        while i < len(text) and text[i] in " \t\r\n,;":
+            i += 1
+    return values or None
+
+
+def _unwrapped(content: str) -> str:
+    """The text without code fences and ``<tool_call>`` tags around what they hold."""
+    text = _FENCE.sub(lambda m: "\n" + m.group(1) + "\n", content)
+    return _TAG.sub("\n", text).strip()
+
+
+def _call_items(content: str) -> list[dict[str, Any]] | None:
+    """The call-shaped objects the whole text consists of (``{"name": ..., "arguments" |
+    "parameters": ...}``, or OpenAI's ``{"function": {...}}``), or None when it is anything else."""
+    values = _json_values(_unwrapped(content))
+    if values is None:
+        return None
+    items = [item for v in values for item in (v if isinstance(v, list) else [v])]
+    out = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("function"), dict):
+            item = item["function"]
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str)):
+            return None
+        if not ({"arguments", "parameters"} & item.keys() or len(item) == 1):
+            return None
+        out.append(item)
+    return out or None
+
+
+def _as_call(name: str, args: Any) -> dict[str, Any] | None:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    function = {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function}
+
+
+def _python_call(content: str, tools: Collection[str]) -> list[dict[str, Any]] | None:
+    """``name(key=value, ...)`` or ``name("value")`` naming one of the tools, as a call; None otherwise."""
+    match = _PY_CALL.match(_unwrapped(content))
+    if not match or match.group(1) not in tools:
+        return None
+    inner = match.group(2).strip()
+    pairs = re.findall(r"([A-Za-z_]\w*)\s*=\s*(\"[^\"]*\"|'[^']*'|[-\d.eE]+)", inner)
+    if not pairs:
+        return [] if inner else [c for c in [_as_call(match.group(1), {})] if c]
+    args = {k: (v[1:-1] if v[0] in "\"'" else float(v) if any(ch in v for ch in ".eE") else int(v)) for k, v in pairs}
+    call = _as_call(match.group(1), args)
+    return [call] if call else []
+
+
+def calls_in_text(content: str | None, tools: Collection[str]) -> list[dict[str, Any]]:
+    """The tool calls a turn wrote as its whole text, in any of the shapes small models write,
+    each naming one of ``tools``, as OpenAI tool calls; [] when the text is anything else, or
+    when any call in it names no tool (that text is still not an answer: see ``verdict``)."""
+    if not content or not content.strip():
+        return []
+    items = _call_items(content)
+    if items is None:
+        return _python_call(content, tools) or []
+    calls = [_as_call(item["name"], item.get("arguments", item.get("parameters", {}))) for item in items]
+    if any(c is None for c in calls) or any(item["name"] not in tools for item in items):
+        return []
+    return [c for c in calls if c is not None]
+
+
+def _words(text: str) -> list[str]:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return re.findall(r"\w+", text)
+
+
+def echoes(content: str, request: str) -> bool:
+    """Does the text repeat the request back (all of it, or a sentence of it, as the reply)?"""
+    said, asked = _words(content), _words(request)
+    if not said or not asked:
+        return False
+    if said == asked:
+        return True
+    # The reply is one of the request's own sentences, or the request with a word changed.
+    sentences = [_words(s) for s in re.split(r"(?<=[.!?])\s+", request)]
+    if any(said == s for s in sentences if len(s) >= 3):
+        return True
+    common = sum(1 for w in said if w in set(asked))
+    return len(said) >= 4 and common == len(said) and len(said) >= 0.8 * len(asked)
+
+
+def verdict(content: str | None, request: str, tools: Collection[str]) -> str:
+    """What a turn's text is: ``"answer"``, ``"empty"``, ``"echo"`` (the request repeated back) or
+    ``"call_as_text"`` (a tool call written as text, runnable or not)."""
+    if not content or not content.strip():
+        return "empty"
+    if _call_items(content) is not None or _python_call(content, tools) is not None:
+        return "call_as_text"
+    if echoes(content, request):
+        return "echo"
+    return "answer"
+
+
+_SCALE = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_FIGURE = re.compile(
+    r"(-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?)(?:\s*(thousand|million|billion|trillion)\b)?", re.IGNORECASE
+)
+
+
+def _figures(text: str) -> list[tuple[float, int]]:
+    """Each number a text states, with the decimal place it was written to (negative for
+    "2.1 million": to the hundred thousand)."""
+    out = []
+    for m in _FIGURE.finditer(text or ""):
+        raw, scale = m.group(1).replace(",", ""), _SCALE.get((m.group(2) or "").lower(), 0)
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        places = len(raw.split(".")[1]) if "." in raw and "e" not in raw.lower() else 0
+        out.append((value * 10**scale, places - scale))
+    return out
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers a text states (thousands separators and "million"-style scales read)."""
+    return [value for value, _ in _figures(text)]
+
+
+def _same(stated: float, places: int, known: float) -> bool:
+    """A stated figure is a known one, or that one rounded to the place it was written to
+    ("26.1" for 26.0976, "2.1 million" for 2102650)."""
+    if abs(stated - known) <= 1e-9 * max(1.0, abs(known)):
+        return True
+    return abs(round(known, places) - stated) <= 1e-9 * max(1.0, abs(stated))
+
+
+def invented_numbers(content: str, known: Iterable[str]) -> list[float]:
+    """The figures a text states that none of the known texts holds (the request, the tool
+    results): what a model wrote from memory, or made up. Whole numbers 0-10 written without a
+    decimal point (counts, list positions) are never counted."""
+    found = [n for text in known for n in numbers(text)]
+    return [
+        value
+        for value, places in _figures(content)
+        if not (places == 0 and 0 <= value <= 10) and not any(_same(value, places, k) for k in found)
+    ]
