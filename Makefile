@@ -181,7 +181,7 @@ rpc-server: vendor
 
 $(VENV)/.bench-stamp: $(VENV)/.stamp
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet \
-	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib
+	  "$$($(PY) scripts/fetch_llama.py --archive)" matplotlib "pydantic-ai-slim[openai]>=1.0"
 	touch $@
 
 bench-peers: build models peers peers-upstream $(VENV)/.bench-stamp
@@ -261,9 +261,10 @@ bench-disk-prefix: build models peers
 bench-rpc: build models rpc-server
 	$(PY) -m bench.rpc --out docs/bench-rpc.md
 
-# Multi-step tool tasks through pyshim.Agent on the catalogue models (docs/bench-agent-tasks.md).
-bench-agent: build models
-	$(PY) -m bench.agent_tasks --out docs/bench-agent-tasks.md
+# Multi-step tool tasks through pyshim.Agent on the catalogue models, both modes, beside
+# openai-agents and pydantic-ai driving the same model through `pyshim serve` (docs/bench-agent-tasks.md).
+bench-agent: build models $(VENV)/.bench-stamp
+	$(PY) -m bench.agent_tasks --modes loop plan openai-agents pydantic-ai --out docs/bench-agent-tasks.md
 
 bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md

@@ -30,8 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 import pyshim
+from bench.agent_peers import PEERS, run_peer
 from bench.agent_task_set import SINGLE, TASKS, TOOLS, Call, Single, Task
+from bench.door import server
 from bench.provenance import args_command, stamp
 from pyshim import Agent, AgentResult, models
 from pyshim.tools import as_tool
@@ -42,8 +46,17 @@ SYSTEM = (
 )
 MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct"]
 MODES = {"loop": {"plan": False}, "plan": {"plan": True}}
-MODE_TITLE = {"loop": "the plain loop (`plan=False`)", "plan": "the planner (`plan=True`)"}
+MODE_TITLE = {
+    "loop": "the plain loop (`plan=False`)",
+    "plan": "the planner (`plan=True`)",
+    "openai-agents": "openai-agents through the door",
+    "pydantic-ai": "pydantic-ai through the door",
+}
+MAX_STEPS = 6
+# A framework's turn limit: pyshim's rounds of calls, and the answer's turn.
+PEER_TURNS = MAX_STEPS + 1
 
+FALSE_ANSWER = "a non-answer reported as the answer"
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -101,11 +114,26 @@ def echoes(answer: str, tool_names: Sequence[str]) -> bool:
     return any(re.search(rf"\b{re.escape(n)}\s*\(", answer) for n in tool_names)
 
 
+_CALL_SHAPED = re.compile(
+    r'^\s*(?:[{\[]|```|<tool_call>)|"(?:name|function)"\s*:.*"(?:arguments|parameters)"\s*:', re.DOTALL
+)
+
+
+def false_answer(answer: str, prompt: str) -> bool:
+    """A non-answer an agent reported as its answer: empty, a call (or anything else JSON-shaped)
+    written as text, or the request repeated back. The benchmark's own reading, independent of
+    the one ``pyshim.answers`` makes, so that the agent is not graded by its own judgement."""
+    words = re.findall(r"\w+", answer.lower())
+    return not words or bool(_CALL_SHAPED.search(answer)) or words == re.findall(r"\w+", prompt.lower())
+
+
 def check(task: Task, r: AgentResult) -> list[str]:
     """Why the run does not solve the task (empty: solved)."""
     answer = r.content or ""
     calls = r.tool_calls
     why = [] if r.stopped == "answer" and answer.strip() else [f"stopped {r.stopped}"]
+    if r.stopped == "answer" and false_answer(answer, task.prompt):
+        why.append(FALSE_ANSWER)
     why += [f"missing {v}" for v in task.expect if not states(answer, v)]
     why += [f"no call {n}{a or ''}" for n, a in task.needs if not any(_matches(c, (n, a)) for c in calls)]
     why += [f"forbidden {n}{a}" for n, a in task.forbid if any(_matches(c, (n, a)) for c in calls)]
@@ -133,10 +161,18 @@ def failure_unsaid(answer: str, name: str) -> str:
     return "" if any(_FAILED.search(s) for s in said) else "its failure not said"
 
 
-def run_task(model: pyshim.Model, task: Task, mode: str = "plan", max_steps: int = 6) -> dict[str, Any]:
-    model.reset()  # the same batches on every run, whatever ran before (FACTS.md)
-    agent = Agent(model, TOOLS, system=SYSTEM, max_steps=max_steps, temperature=0, max_tokens=160, **MODES[mode])
-    r = agent.run(task.prompt)
+def run_task(
+    model: pyshim.Model, task: Task, mode: str = "plan", door: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """One task in one mode: pyshim's Agent in process, or a framework (``door``: the url and
+    model name of a ``pyshim serve`` process serving the same model file)."""
+    if mode in PEERS:
+        assert door is not None
+        r = run_peer(mode, *door, TOOLS, SYSTEM, task.prompt, max_tokens=160, max_turns=PEER_TURNS)
+    else:
+        model.reset()  # the same batches on every run, whatever ran before (FACTS.md)
+        agent = Agent(model, TOOLS, system=SYSTEM, max_steps=MAX_STEPS, temperature=0, max_tokens=160, **MODES[mode])
+        r = agent.run(task.prompt)
     why = check(task, r)
     return {
         "prompt": task.prompt,
@@ -145,6 +181,7 @@ def run_task(model: pyshim.Model, task: Task, mode: str = "plan", max_steps: int
         "solved": not why,
         "why": why,
         "stopped": r.stopped,
+        "error": r.error,
         "calls": [f"{c['function']['name']}({c['function']['arguments']})" for c in r.tool_calls],
         "answer": r.content,
         "turns": len(r.turns),
@@ -183,8 +220,9 @@ def score(runs: list[dict[str, Any]], half: str) -> str:
 
 def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
     lines = [
-        "| model | suite | development half | report half | gap (points) | dev at the report's family mix |",
-        "|---|---|---|---|---|---|",
+        "| model | suite | development half | report half | gap (points) | dev at the report's family mix "
+        "| non-answers reported as answers |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, res in raw.items():
         suites = [(MODE_TITLE[m], runs) for m, runs in res["multi"].items()] + [("single call", res["single"])]
@@ -197,7 +235,10 @@ def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
                 pct[half] = 100 * sum(r["solved"] for r in part) / len(part) if part else float("nan")
             gap = pct["dev"] - pct["report"]
             mix = reweighted(runs)
-            row = f"| {name} | {title} | {score(runs, 'dev')} | {score(runs, 'report')} | {gap:+.0f} | {mix} |"
+            false = sum(FALSE_ANSWER in r.get("why", []) for r in runs) if "why" in runs[0] else "-"
+            row = (
+                f"| {name} | {title} | {score(runs, 'dev')} | {score(runs, 'report')} | {gap:+.0f} | {mix} | {false} |"
+            )
             lines.append(row)
     return [*lines, ""]
 
@@ -250,7 +291,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--suite", nargs="+", choices=["multi", "single"], default=["multi", "single"])
-    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="Agent loops to run")
+    ap.add_argument(
+        "--modes", nargs="+", choices=[*MODES, *PEERS], default=list(MODES), help="Agent loops and frameworks to run"
+    )
     ap.add_argument("--halves", nargs="+", choices=["dev", "report"], default=["dev", "report"])
     ap.add_argument("--family", nargs="+", help="run only these task families")
     ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
@@ -262,9 +305,16 @@ def main() -> None:
     raw: dict[str, dict[str, Any]] = {}
     sections = []
     for name in args.models:
-        with pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads) as m:
+        with contextlib.ExitStack() as stack:
+            m = stack.enter_context(pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads))
+            door = None
+            if any(mode in PEERS for mode in args.modes):
+                url = stack.enter_context(server(str(models.path(name))))
+                door = (url, httpx.get(f"{url}/health").json()["model"])
             multi = {
-                mode: [progress(run_task(m, t, mode)) for t in tasks] for mode in args.modes if "multi" in args.suite
+                mode: [progress(run_task(m, t, mode, door)) for t in tasks]
+                for mode in args.modes
+                if "multi" in args.suite
             }
             single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
         raw[name] = {"multi": multi, "single": single}

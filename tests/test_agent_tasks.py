@@ -15,7 +15,7 @@ import pytest
 
 import pyshim
 from bench.agent_task_set import REPORT, TASKS, Task
-from bench.agent_tasks import check, failure_unsaid, run_task, states
+from bench.agent_tasks import FALSE_ANSWER, check, failure_unsaid, run_task, states
 from pyshim import AgentResult
 
 
@@ -55,6 +55,23 @@ def test_the_checker_passes_a_right_run_and_fails_each_smallest_fault() -> None:
     assert check(CHAIN, _result(good, RIGHT, stopped="max_steps")) == ["stopped max_steps"]
     echo = '1. country_of(city="Kyoto") returned: Japan ... get_population returned: 13960000'
     assert "echoes the facts" in check(CHAIN, _result(echo + " " + good, RIGHT))
+
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",
+        '{"name": "get_population", "arguments": {"city": "Tokyo"}}',
+        'Sure: {"name": "capital_of", "parameters": {"country": "Japan"}}',
+        "```json\n[1, 2]\n```",
+        "Which country is Kyoto in, and what is the population of that country's capital?",
+    ],
+)
+def test_a_non_answer_reported_as_the_answer_is_counted_as_such(answer: str) -> None:
+    assert FALSE_ANSWER in check(CHAIN, _result(answer, RIGHT))
+    assert FALSE_ANSWER not in check(CHAIN, _result(answer, RIGHT, stopped="call_as_text"))  # reported as what it is
+    assert FALSE_ANSWER not in check(CHAIN, _result("Japan; Tokyo has 13960000 people.", RIGHT))
 
 
 def test_a_failed_lookup_must_be_said_and_never_given_a_number() -> None:
