@@ -287,6 +287,69 @@ def single_table(single: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Every requested mode and suite on one catalogue model; the peers through a door of their own."""
+    tasks = [t for t in TASKS if t.half in args.halves and (not args.family or t.family in args.family)]
+    singles = [s for s in SINGLE if s.half in args.halves]
+    with contextlib.ExitStack() as stack:
+        m = stack.enter_context(pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads))
+        door = None
+        if any(mode in PEERS for mode in args.modes):
+            url = stack.enter_context(server(str(models.path(name))))
+            door = (url, httpx.get(f"{url}/health").json()["model"])
+        multi = {
+            mode: [progress(run_task(m, t, mode, door)) for t in tasks] for mode in args.modes if "multi" in args.suite
+        }
+        single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
+    return {"multi": multi, "single": single}
+
+
+def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Raw results of earlier runs (``--json``), one model's modes from several files side by side."""
+    raw: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for name, res in json.loads(path.read_text()).items():
+            into = raw.setdefault(name, {"multi": {}, "single": []})
+            into["multi"].update(res["multi"])
+            into["single"] = res["single"] or into["single"]
+    return raw
+
+
+def peer_versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for package in ("openai-agents", "pydantic-ai-slim"):
+        try:
+            out.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            continue
+    return ", ".join(out)
+
+
+def render(raw: dict[str, dict[str, Any]]) -> str:
+    sections = []
+    for name, res in raw.items():
+        lines = [f"## {name}", ""]
+        for mode, runs in res["multi"].items():
+            lines += multi_table(mode, runs)
+        sections.append("\n".join(lines + (single_table(res["single"]) if res["single"] else [])))
+    header = (
+        "# Agent tasks: multi-step tool tasks and single calls on small models\n\n"
+        f"Produced on {platform.machine()}, {os.cpu_count()} cores, {pyshim.version()}; greedy, "
+        f"max_tokens 160 per turn, `pyshim.Agent` with max_steps {MAX_STEPS} and the benchmark's system prompt; "
+        f"the frameworks ({peer_versions()}) with the same tools, system prompt, model and settings through "
+        f"`pyshim serve`, turn limit {PEER_TURNS}. "
+        "Tasks and the split: `bench/agent_task_set.py` (the report half was never run while tuning). "
+        "A multi-step task is solved when the agent stops with a text answer that states every expected "
+        "value (each derived by a tool, none in the question), made every needed call and no forbidden or "
+        "stray one, and does not echo the facts; a non-answer (empty, a call written as text, the request "
+        "repeated) reported as the answer is a failure and is counted; a single call is right when it names "
+        "the right tool with the right arguments, or answers in text where no tool fits.\n\n"
+    )
+    return header + "\n".join(summary(raw)) + "\n" + "\n".join(sections)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
@@ -298,46 +361,15 @@ def main() -> None:
     ap.add_argument("--family", nargs="+", help="run only these task families")
     ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument("--load", type=Path, nargs="+", help="report these --json files side by side instead of running")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    tasks = [t for t in TASKS if t.half in args.halves and (not args.family or t.family in args.family)]
-    singles = [s for s in SINGLE if s.half in args.halves]
-    raw: dict[str, dict[str, Any]] = {}
-    sections = []
-    for name in args.models:
-        with contextlib.ExitStack() as stack:
-            m = stack.enter_context(pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads))
-            door = None
-            if any(mode in PEERS for mode in args.modes):
-                url = stack.enter_context(server(str(models.path(name))))
-                door = (url, httpx.get(f"{url}/health").json()["model"])
-            multi = {
-                mode: [progress(run_task(m, t, mode, door)) for t in tasks]
-                for mode in args.modes
-                if "multi" in args.suite
-            }
-            single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
-        raw[name] = {"multi": multi, "single": single}
-        lines = [f"## {name}", ""]
-        for mode, runs in multi.items():
-            lines += multi_table(mode, runs)
-        section = "\n".join(lines + (single_table(single) if single else []))
-        print(section, flush=True)
-        sections.append(section)
+    raw = merged(args.load) if args.load else {name: run_model(name, args) for name in args.models}
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1))
+    body = render(raw)
+    print(body, flush=True)
     if args.out:
-        header = (
-            "# Agent tasks: multi-step tool tasks and single calls on small models\n\n"
-            f"Produced on {platform.machine()}, {os.cpu_count()} cores, {pyshim.version()}; greedy, "
-            "max_tokens 160 per turn, `pyshim.Agent` with max_steps 6 and the benchmark's system prompt. "
-            "Tasks and the split: `bench/agent_task_set.py` (the report half was never run while tuning). "
-            "A multi-step task is solved when the agent stops with a text answer that states every expected "
-            "value (each derived by a tool, none in the question), made every needed call and no forbidden or "
-            "stray one, and does not echo the facts; a single call is right when it names the right tool with "
-            "the right arguments, or answers in text where no tool fits.\n\n"
-        )
-        body = header + "\n".join(summary(raw)) + "\n" + "\n".join(sections)
         args.out.write_text(stamp(args_command("bench.agent_tasks")) + body)
 
 
