@@ -21,12 +21,10 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from ._lib import ffi, lib, read_json, take_json
-
-if TYPE_CHECKING:
-    from .model import Delta, Result
+from .shapes import Delta, Result
 
 __all__ = ["DONE", "Call", "take_result"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .agent_core import AgentCore, AgentResult, Event, Finish, Generate, Spec
-from .aio import arun
+from .aio import agenerate
 from .errors import InvalidTool, ShimError
 from .model import Delta, Model
 from .tools import Tool, as_tools, tool_error, tool_output
@@ -171,8 +171,44 @@ class Agent:
             return tool_error(name, e)
 
     async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-        """``run`` as a coroutine: tools may be coroutine functions; cancelling the task cancels the turn."""
-        return await arun(self, prompt)
+        """``run`` as a coroutine over the same core, with ``pyshim.aio.agenerate``: a plain tool
+        runs in a thread, a coroutine tool is awaited; cancelling the task cancels the turn."""
+        core = self.core(prompt)
+        loop = asyncio.get_running_loop()
+        on_event = self.on_event
+
+        def emit_text(delta: Delta) -> None:  # worker thread: hand the event to the loop
+            if on_event is not None and (content := delta.get("content")):
+                loop.call_soon_threadsafe(on_event, {"type": "text", "delta": content})
+
+        while True:
+            action = core.next_action()
+            self._flush(core)
+            if isinstance(action, Finish):
+                return action.result
+            if isinstance(action, Generate):
+                stream = emit_text if action.stream and on_event is not None else None
+                try:
+                    result = await agenerate(
+                        self.model, action.messages, action.tools, on_delta=stream, **action.options
+                    )
+                except ShimError as e:
+                    core.turn_failed(e)
+                    continue
+                core.turn_done(result)
+                continue
+            for call in action.calls:
+                args = core.start_tool(call)
+                self._flush(core)
+                core.tool_done(call, args if isinstance(args, str) else await self._acall(call, args))
+
+    async def _acall(self, call: dict[str, Any], args: dict[str, Any]) -> str:
+        name = call["function"]["name"]
+        try:
+            value = await asyncio.to_thread(self.runners[name], args)
+            return tool_output(await value if inspect.isawaitable(value) else value)
+        except Exception as e:  # the model gets to see and fix it
+            return tool_error(name, e)
 
 
 def _keywords_to(handler: Callable[..., Any]) -> Runner:

@@ -21,8 +21,8 @@ from typing import Any
 from . import planner
 from .answers import calls_in_text, invented_numbers, verdict
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
-from .model import Result
 from .repeats import LOOK_UP, call_key, nudge_text, relevant_tools, runaway, told_text
+from .shapes import AgentResult, Result, ToolFailure
 
 __all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec", "ToolFailure"]
 
@@ -77,56 +77,6 @@ class Finish:
     """The run is over."""
 
     result: AgentResult
-
-
-@dataclass(frozen=True)
-class ToolFailure:
-    """A call that gave the model no result: the tool raised, its arguments were refused (not
-    valid JSON, not the tool's schema, an unknown tool), or the agent did not run it (``refused``:
-    its figures came from neither the request nor a result, so the model made them up)."""
-
-    id: str
-    name: str
-    arguments: str
-    error: str
-    refused: bool = False
-
-
-@dataclass
-class AgentResult:
-    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
-
-    ``stopped`` says why the loop ended, and only ``"answer"`` means ``content`` is an answer:
-
-    - ``"answer"``: the last turn answered in text (not a call written as text, not the request
-      repeated back, not empty) and at least one call of each tool the run leaned on succeeded;
-    - ``"tools_failed"``: every call the run made failed; ``content`` says which and why (a
-      sentence of the library's, not the model's: a model with no result invents one);
-    - ``"call_as_text"``: after being asked for the answer, the model still wrote a tool call as
-      its text (``content`` is that text);
-    - ``"no_answer"``: the last turn was empty or repeated the request (``error`` says which);
-    - ``"max_steps"``, ``"context_full"`` (the conversation no longer fits the model's context;
-      ``error`` says by how much, and ``messages`` still holds everything up to that point), or
-      ``"error"`` (on ``AgentError.result``).
-
-    ``failures`` lists every call that gave no result, whatever ``stopped`` says.
-    """
-
-    content: str | None
-    messages: list[dict[str, Any]]
-    turns: list[Result] = field(default_factory=list)
-    stopped: str = "answer"
-    error: str | None = None
-    failures: list[ToolFailure] = field(default_factory=list)
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        return [c for m in self.messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
-
-    @property
-    def tools_ran(self) -> list[dict[str, Any]]:
-        """The tool results of this transcript, in order: one ``{"role": "tool", ...}`` message per call run."""
-        return [m for m in self.messages if m.get("role") == "tool"]
 
 
 def _with_invalid_calls(result: Result) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:

@@ -1,4 +1,4 @@
-"""asyncio over a ``Model``: ``agenerate``, ``AsyncStream`` and the async agent loop.
+"""asyncio over a ``Model``: ``agenerate``, ``AsyncStream`` and ``aembed`` (``Agent.arun`` drives the agent with them).
 
 Each call waits its turn in the model's ``Gate`` on the event loop (no thread is held while it
 waits), then runs the blocking library call in a worker thread, so the loop never blocks. As
@@ -15,24 +15,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import threading
 import uuid
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
 
 from ._lib import lib
-from .agent_core import AgentResult, Finish, Generate
 from .errors import ShimError
 from .model import Delta, Embeddings, EmbedInput, Message, Model, Result, ToolSpec
-from .tools import tool_error, tool_output
 
-if TYPE_CHECKING:
-    from .agent import Agent
-
-__all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "arun", "astream", "gate"]
+__all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "astream", "gate"]
 
 # How often a cancelled call looks whether its worker has returned.
 _POLL_S = 0.05
@@ -321,48 +315,3 @@ def astream(
 ) -> AsyncStream:
     """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
     return AsyncStream(model, messages, tools, options)
-
-
-async def arun(agent: Agent, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-    """``Agent.run`` as a coroutine over the same core (``pyshim.agent_core``), with ``agenerate``;
-    a plain tool runs in a thread, a coroutine tool is awaited."""
-    core = agent.core(prompt)
-    loop = asyncio.get_running_loop()
-    on_event = agent.on_event
-
-    def flush() -> None:
-        for event in core.drain():
-            if on_event is not None:
-                on_event(event)
-
-    def emit_text(delta: Delta) -> None:  # worker thread: hand the event to the loop
-        if on_event is not None and (content := delta.get("content")):
-            loop.call_soon_threadsafe(on_event, {"type": "text", "delta": content})
-
-    while True:
-        action = core.next_action()
-        flush()
-        if isinstance(action, Finish):
-            return action.result
-        if isinstance(action, Generate):
-            try:
-                stream = emit_text if action.stream and on_event is not None else None
-                result = await agenerate(agent.model, action.messages, action.tools, on_delta=stream, **action.options)
-            except ShimError as e:
-                core.turn_failed(e)
-                continue
-            core.turn_done(result)
-            continue
-        for call in action.calls:
-            args = core.start_tool(call)
-            flush()
-            core.tool_done(call, args if isinstance(args, str) else await _acall(agent, call, args))
-
-
-async def _acall(agent: Agent, call: dict[str, Any], args: dict[str, Any]) -> str:
-    name = call["function"]["name"]
-    try:
-        value = await asyncio.to_thread(agent.runners[name], args)
-        return tool_output(await value if inspect.isawaitable(value) else value)
-    except Exception as e:  # the model gets to see and fix it
-        return tool_error(name, e)

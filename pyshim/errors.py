@@ -8,10 +8,9 @@ a caller would naturally catch (``ValueError``, ``LookupError``, ``OSError``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .agent import AgentResult
+from .shapes import AgentResult
 
 
 class ShimError(Exception):

@@ -10,7 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, Self, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,76 +23,7 @@ from .errors import ClosedModel, ModelFileNotFound, open_error
 if TYPE_CHECKING:
     from .aio import AsyncStream
 
-Message = Mapping[str, Any]
-
-
-class Delta(TypedDict, total=False):
-    """One streamed piece of a call (el_stream_cb): text to append, a tool call's pieces, the
-    prompt's progress, and the logprobs of the tokens it carries."""
-
-    content: str
-    reasoning_content: str
-    tool_calls: list[dict[str, Any]]
-    prompt_progress: dict[str, int]
-    prompt: dict[str, int]  # once, with the first delta after the slot was prepared: n_prompt, n_reused
-    logprobs: dict[str, Any]
-
-
-class Result(TypedDict, total=False):
-    """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time.
-    ``message`` is in every result, the library's and the one ``pyshim.aio`` makes for a call
-    cancelled before it began (which has only ``content`` and ``finish_reason`` besides)."""
-
-    message: Required[dict[str, Any]]
-    content: str | None
-    reasoning_content: str | None
-    tool_calls: list[dict[str, Any]]
-    invalid_tool_calls: list[dict[str, Any]]
-    finish_reason: Literal["stop", "length", "tool_calls", "cancelled"]
-    truncated: bool
-    usage: dict[str, int]
-    logprobs: dict[str, Any]
-    n_prompt: int
-    n_reused: int
-    n_decoded: int
-    ms_prepare: float
-    ms_reset: float
-    ms_prefill: float
-    ms_decode: float
-    slot: int
-    restored_from_host: bool
-    restored_from_disk: bool
-    shared_prefix: bool
-    abi_version: str
-    parsed: Any  # response_format given as a pydantic model or dataclass: the answer as one (pyshim.structured)
-
-
-class Embedding(TypedDict):
-    """One input's vector in el_embed's result."""
-
-    index: int
-    embedding: list[float]
-    n_tokens: int
-    truncated: NotRequired[bool]
-
-
-class Embeddings(TypedDict):
-    """el_embed's result (``native/el_shim.h``); a plain dict at run time."""
-
-    data: list[Embedding]
-    n_embd: int
-    pooling: Literal["mean", "cls", "last"]
-    normalized: bool
-    n_tokens: int
-    ms_total: float
-    abi_version: str
-
-
-# What el_embed takes: a text, texts, a token-id list, or token-id lists.
-EmbedInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
-# A tool as generate takes it: an OpenAI tool dict, or a Python function (its schema from its
-# type hints and docstring).
-ToolSpec = Callable[..., Any] | Mapping[str, Any]
+from .shapes import Delta, Embedding, Embeddings, EmbedInput, Message, Result, ToolSpec
 
 __all__ = ["Delta", "EmbedInput", "Embedding", "Embeddings", "Model", "Result", "Stream", "default_model", "generate"]
 

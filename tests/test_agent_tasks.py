@@ -57,7 +57,6 @@ def test_the_checker_passes_a_right_run_and_fails_each_smallest_fault() -> None:
     assert "echoes the facts" in check(CHAIN, _result(echo + " " + good, RIGHT))
 
 
-
 @pytest.mark.parametrize(
     "answer",
     [

@@ -1,0 +1,144 @@
+"""The shapes that cross the package's boundaries: what the library returns and streams, what the
+agent returns. Plain data (TypedDicts and dataclasses) that imports nothing of the package, so that
+every module can name them at run time without an import circle (``typing.get_type_hints`` reads
+every public signature).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NotRequired, Required, TypedDict
+
+__all__ = [
+    "AgentResult",
+    "Delta",
+    "EmbedInput",
+    "Embedding",
+    "Embeddings",
+    "Message",
+    "Result",
+    "ToolFailure",
+    "ToolSpec",
+]
+
+Message = Mapping[str, Any]
+
+
+class Delta(TypedDict, total=False):
+    """One streamed piece of a call (el_stream_cb): text to append, a tool call's pieces, the
+    prompt's progress, and the logprobs of the tokens it carries."""
+
+    content: str
+    reasoning_content: str
+    tool_calls: list[dict[str, Any]]
+    prompt_progress: dict[str, int]
+    prompt: dict[str, int]  # once, with the first delta after the slot was prepared: n_prompt, n_reused
+    logprobs: dict[str, Any]
+
+
+class Result(TypedDict, total=False):
+    """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time.
+    ``message`` is in every result, the library's and the one ``pyshim.aio`` makes for a call
+    cancelled before it began (which has only ``content`` and ``finish_reason`` besides)."""
+
+    message: Required[dict[str, Any]]
+    content: str | None
+    reasoning_content: str | None
+    tool_calls: list[dict[str, Any]]
+    invalid_tool_calls: list[dict[str, Any]]
+    finish_reason: Literal["stop", "length", "tool_calls", "cancelled"]
+    truncated: bool
+    usage: dict[str, int]
+    logprobs: dict[str, Any]
+    n_prompt: int
+    n_reused: int
+    n_decoded: int
+    ms_prepare: float
+    ms_reset: float
+    ms_prefill: float
+    ms_decode: float
+    slot: int
+    restored_from_host: bool
+    restored_from_disk: bool
+    shared_prefix: bool
+    abi_version: str
+    parsed: Any  # response_format given as a pydantic model or dataclass: the answer as one (pyshim.structured)
+
+
+class Embedding(TypedDict):
+    """One input's vector in el_embed's result."""
+
+    index: int
+    embedding: list[float]
+    n_tokens: int
+    truncated: NotRequired[bool]
+
+
+class Embeddings(TypedDict):
+    """el_embed's result (``native/el_shim.h``); a plain dict at run time."""
+
+    data: list[Embedding]
+    n_embd: int
+    pooling: Literal["mean", "cls", "last"]
+    normalized: bool
+    n_tokens: int
+    ms_total: float
+    abi_version: str
+
+
+# What el_embed takes: a text, texts, a token-id list, or token-id lists.
+EmbedInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
+# A tool as generate takes it: an OpenAI tool dict, or a Python function (its schema from its
+# type hints and docstring).
+ToolSpec = Callable[..., Any] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """A call that gave the model no result: the tool raised, its arguments were refused (not
+    valid JSON, not the tool's schema, an unknown tool), or the agent did not run it (``refused``:
+    its figures came from neither the request nor a result, so the model made them up)."""
+
+    id: str
+    name: str
+    arguments: str
+    error: str
+    refused: bool = False
+
+
+@dataclass
+class AgentResult:
+    """The final answer, the whole transcript (OpenAI-shaped) and each turn's raw result.
+
+    ``stopped`` says why the loop ended, and only ``"answer"`` means ``content`` is an answer:
+
+    - ``"answer"``: the last turn answered in text (not a call written as text, not the request
+      repeated back, not empty) and at least one call of each tool the run leaned on succeeded;
+    - ``"tools_failed"``: every call the run made failed; ``content`` says which and why (a
+      sentence of the library's, not the model's: a model with no result invents one);
+    - ``"call_as_text"``: after being asked for the answer, the model still wrote a tool call as
+      its text (``content`` is that text);
+    - ``"no_answer"``: the last turn was empty or repeated the request (``error`` says which);
+    - ``"max_steps"``, ``"context_full"`` (the conversation no longer fits the model's context;
+      ``error`` says by how much, and ``messages`` still holds everything up to that point), or
+      ``"error"`` (on ``AgentError.result``).
+
+    ``failures`` lists every call that gave no result, whatever ``stopped`` says.
+    """
+
+    content: str | None
+    messages: list[dict[str, Any]]
+    turns: list[Result] = field(default_factory=list)
+    stopped: str = "answer"
+    error: str | None = None
+    failures: list[ToolFailure] = field(default_factory=list)
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [c for m in self.messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+    @property
+    def tools_ran(self) -> list[dict[str, Any]]:
+        """The tool results of this transcript, in order: one ``{"role": "tool", ...}`` message per call run."""
+        return [m for m in self.messages if m.get("role") == "tool"]
