@@ -188,7 +188,12 @@ class _Run:
             return "next"  # it only repeats calls that ran: the step is done
         if self.steps[0] is None and not self.results:
             # Nothing looked up: the text is the answer, unless it states figures from memory
-            # (then, once, the question again with a call required).
+            # (then, once, the question again with a call required), or repeats the question or
+            # says nothing (then, once, the question again, tools off).
+            if _kind(result, self.question, self.tools) in ("echo", "empty") and not self.nudges:
+                self.nudges, self.in_text, self.step_turns = 1, True, 0
+                self.messages.append({"role": "user", "content": nudge_text(self.question, [])})
+                return "retry"
             if self.looked_up or not self.from_memory(result.get("content")):
                 return "answer"
             self.looked_up = self.force_call = True

@@ -45,7 +45,14 @@ def test_two_tool_task_completes(qwen: pyshim.Model) -> None:
     qwen.reset()  # the same batches on every run, whatever ran before (FACTS.md: splits move logits)
     events: list[dict[str, Any]] = []
     agent = Agent(
-        qwen, [get_weather, multiply], system=SYSTEM, max_steps=6, on_event=events.append, temperature=0, max_tokens=120
+        qwen,
+        [get_weather, multiply],
+        system=SYSTEM,
+        max_steps=6,
+        on_event=events.append,
+        temperature=0,
+        max_tokens=120,
+        plan=False,
     )
     result = agent.run(
         "Use the tools to find the weather in Paris and to compute 12 times 7, then tell me both results."
@@ -78,7 +85,7 @@ def test_a_raising_tool_is_reported_and_the_loop_goes_on(qwen: pyshim.Model) -> 
         raise ConnectionError("weather service unreachable")
 
     qwen.reset()
-    result = Agent(qwen, [get_weather], system=SYSTEM, max_steps=4, temperature=0, max_tokens=120).run(
+    result = Agent(qwen, [get_weather], plan=False, system=SYSTEM, max_steps=4, temperature=0, max_tokens=120).run(
         "What is the weather in Paris?"
     )
     tool_msgs = [m for m in result.messages if m["role"] == "tool"]
@@ -123,7 +130,7 @@ def boom(x: int) -> int:
 )
 def test_tool_failures_are_fed_back_and_the_loop_goes_on(name: str, arguments: str, expected: str) -> None:
     model = _Scripted([{"calls": [(name, arguments)]}, {"content": "done"}])
-    result = Agent(model, [boom]).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [boom], plan=False).run("go")  # type: ignore[arg-type]
     tool_msg = next(m for m in result.messages if m["role"] == "tool")
     assert tool_msg["content"].startswith(expected)
     assert model.seen[1][-1] == tool_msg  # the error reached the model
@@ -137,7 +144,7 @@ def test_tool_failures_are_fed_back_and_the_loop_goes_on(name: str, arguments: s
 
 def test_max_steps_stops_the_loop() -> None:
     model = _Scripted([{"calls": [("boom", '{"x": 1}')]}] * 3)
-    result = Agent(model, [boom], max_steps=3).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [boom], plan=False, max_steps=3).run("go")  # type: ignore[arg-type]
     assert result.stopped == "max_steps" and result.content is None
     assert len(result.turns) == 3
 
@@ -153,7 +160,7 @@ async def slow_square(x: int) -> int:
 
 def test_async_tools_run_in_the_sync_loop() -> None:
     model = _Scripted([{"calls": [("slow_square", '{"x": 7}')]}, {"content": "49"}])
-    result = Agent(model, [slow_square]).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square], plan=False).run("go")  # type: ignore[arg-type]
     assert result.tools_ran[0]["content"] == "49"
 
 
@@ -161,14 +168,14 @@ def test_async_tools_run_when_called_from_async_code() -> None:
     model = _Scripted([{"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}])
 
     async def main() -> AgentResult:
-        return Agent(model, [slow_square]).run("go")  # type: ignore[arg-type]
+        return Agent(model, [slow_square], plan=False).run("go")  # type: ignore[arg-type]
 
     assert asyncio.run(main()).tools_ran[0]["content"] == "9"
 
 
 def test_system_is_applied_to_a_message_list_or_refused_when_it_conflicts() -> None:
     model = _Scripted([{"content": "a"}, {"content": "b"}, {"content": "c"}])
-    agent = Agent(model, [], system="be brief")  # type: ignore[arg-type]
+    agent = Agent(model, [], plan=False, system="be brief")  # type: ignore[arg-type]
     first = agent.run([{"role": "user", "content": "hi"}])
     assert model.seen[0][0] == {"role": "system", "content": "be brief"}
     agent.run([*first.messages, {"role": "user", "content": "again"}])  # the same system message: fine
@@ -186,7 +193,7 @@ def test_duplicate_tool_names_are_refused_at_construction() -> None:
 
     other.__name__ = "search"
     with pytest.raises(InvalidTool, match="search"):
-        Agent(_Scripted([]), [search, other])  # type: ignore[arg-type]
+        Agent(_Scripted([]), [search, other], plan=False)  # type: ignore[arg-type]
 
 
 def test_a_full_context_returns_the_transcript_and_the_tools_that_ran(qwen_path) -> None:
@@ -198,7 +205,7 @@ def test_a_full_context_returns_the_transcript_and_the_tools_that_ran(qwen_path)
         return "The quick brown fox jumps over the lazy dog. " * 60
 
     with pyshim.Model(qwen_path, n_ctx=512, temperature=0) as small:
-        agent = Agent(small, [read_page], max_steps=6, tool_choice="required", max_tokens=60)
+        agent = Agent(small, [read_page], plan=False, max_steps=6, tool_choice="required", max_tokens=60)
         result = agent.run("Read the book page by page.")
     assert result.stopped == "context_full"
     assert "context" in (result.error or "")
@@ -216,7 +223,7 @@ def test_other_errors_raise_agent_error_carrying_the_transcript() -> None:
 
     model = Failing([{"calls": [("boom", '{"x": 1}')]}])
     with pytest.raises(AgentError) as info:
-        Agent(model, [boom]).run("go")  # type: ignore[arg-type]
+        Agent(model, [boom], plan=False).run("go")  # type: ignore[arg-type]
     assert info.value.result.stopped == "error"
     assert info.value.result.tools_ran[0]["content"] == "error: RuntimeError: boom 1"
     assert isinstance(info.value.__cause__, InvalidRequest)
@@ -241,7 +248,7 @@ def test_the_nudge_restates_the_question_and_every_result() -> None:
     model = _Scripted(
         [{"calls": [("slow_square", '{"x": 4}')]}, {"calls": [("slow_square", '{"x": 4}')]}, {"content": "16"}]
     )
-    result = Agent(model, [slow_square, boom]).run("What is 4 squared?")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square, boom], plan=False).run("What is 4 squared?")  # type: ignore[arg-type]
     assert result.content == "16" and result.stopped == "answer"
     nudge = model.seen[2][-1]
     assert nudge["role"] == "user"
@@ -413,7 +420,7 @@ def test_the_first_nudge_offers_the_tools_that_have_not_run() -> None:
             {"content": "26.098 miles; times 3 is 78.294."},
         ]
     )
-    result = Agent(model, [km_to_miles, multiply]).run("Convert 42 km to miles, then multiply by 3.")  # type: ignore[arg-type]
+    result = Agent(model, [km_to_miles, multiply], plan=False).run("Convert 42 km to miles, then multiply by 3.")  # type: ignore[arg-type]
     assert result.stopped == "answer" and [m["name"] for m in result.tools_ran] == ["km_to_miles", "multiply"]
     offered = model.calls[2]["tools"]
     assert [t["function"]["name"] for t in offered] == ["multiply"]
@@ -433,7 +440,7 @@ def test_the_second_nudge_turns_tools_off_and_a_written_repeat_gets_the_answer_t
             {"content": "4 squared is 16."},
         ]
     )
-    result = Agent(model, [slow_square, boom]).run("What is 4 squared?")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square, boom], plan=False).run("What is 4 squared?")  # type: ignore[arg-type]
     assert [t["function"]["name"] for t in model.calls[2]["tools"]] == ["boom"]
     assert "boom" not in model.seen[2][-1]["content"]  # offered, but nothing in the question names it
     assert model.calls[3]["tools"] is None and model.calls[3]["options"]["tool_choice"] == "none"
@@ -445,28 +452,30 @@ def test_the_second_nudge_turns_tools_off_and_a_written_repeat_gets_the_answer_t
 
 def test_a_call_written_as_text_is_run_when_new_and_reported_when_it_is_all_there_is() -> None:
     model = _Scripted([{"content": '```json\n{"name": "slow_square", "arguments": {"x": 5}}\n```'}, {"content": "25"}])
-    result = Agent(model, [slow_square]).run("What is 5 squared?")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square], plan=False).run("What is 5 squared?")  # type: ignore[arg-type]
     assert result.tools_ran[0]["content"] == "25" and result.stopped == "answer"
     call = result.messages[1]
     assert call["tool_calls"][0]["function"]["name"] == "slow_square" and call["content"] is None
     stuck = '{"name": "slow_square", "arguments": {"x": 5}}'
     model = _Scripted([{"calls": [("slow_square", '{"x": 5}')]}] + [{"content": stuck}] * 4)
-    result = Agent(model, [slow_square]).run("What is 5 squared?")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square], plan=False).run("What is 5 squared?")  # type: ignore[arg-type]
     assert result.stopped == "call_as_text" and result.content == stuck
 
 
 def test_a_dict_tool_without_a_handler_is_refused() -> None:
     schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
     with pytest.raises(InvalidTool, match=r"lookup.*handlers"):
-        Agent(_Scripted([]), [schema])  # type: ignore[arg-type]
+        Agent(_Scripted([]), [schema], plan=False)  # type: ignore[arg-type]
     with pytest.raises(InvalidTool, match="'nope'"):
-        Agent(_Scripted([]), [schema], handlers={"lookup": lambda: 1, "nope": lambda: 2})  # type: ignore[arg-type]
-    assert Agent(_Scripted([]), [schema], handlers={"lookup": lambda: 1}).runners  # type: ignore[arg-type]
+        Agent(_Scripted([]), [schema], plan=False, handlers={"lookup": lambda: 1, "nope": lambda: 2})  # type: ignore[arg-type]
+    assert Agent(_Scripted([]), [schema], plan=False, handlers={"lookup": lambda: 1}).runners  # type: ignore[arg-type]
 
 
 def test_qwen_runs_the_second_tool_after_a_repeat(qwen: pyshim.Model) -> None:
     """The issue's program on the default model: before, the nudge forbade every tool after one
     repeat and multiply never ran (answer "26.098", stopped="answer")."""
-    result = Agent(qwen, [km_to_miles, multiply]).run("Convert 42 km to miles, then multiply the result by 3.")
+    result = Agent(qwen, [km_to_miles, multiply], plan=False).run(
+        "Convert 42 km to miles, then multiply the result by 3."
+    )
     assert {m["name"] for m in result.tools_ran} == {"km_to_miles", "multiply"}
     assert result.stopped == "answer" and "26.098" in (result.content or "")

@@ -96,10 +96,12 @@ class _Scripted:
         self.replies = replies
         self.seen: list[list[dict[str, Any]]] = []
         self.offered: list[list[str]] = []
+        self.options: list[dict[str, Any]] = []
 
     def generate(self, messages, tools=None, on_delta=None, **options):
         self.seen.append([dict(m) for m in messages])
         self.offered.append([t["function"]["name"] for t in tools or []])
+        self.options.append(options)
         reply = self.replies.pop(0)
         calls = [
             {"id": f"call_{len(self.seen)}_{i}", "type": "function", "function": {"name": n, "arguments": a}}
@@ -115,7 +117,7 @@ ASK = "What is the population of Paris divided by the population of Lyon?"
 
 
 def _agent(model: _Scripted, **kw: Any) -> Agent:
-    return Agent(model, [get_population, divide, get_mayor], **kw)  # type: ignore[arg-type]
+    return Agent(model, [get_population, divide, get_mayor], **{"plan": False, **kw})  # type: ignore[arg-type]
 
 
 def test_a_call_with_invented_figures_is_refused_and_the_chain_goes_on() -> None:
@@ -268,7 +270,18 @@ def test_a_tool_fed_its_own_output_twice_running_is_a_stuck_turn() -> None:
             {"content": "12 times 7 is 84."},
         ]
     )
-    result = Agent(model, [multiply]).run("Compute 12 times 7.")  # type: ignore[arg-type]
+    result = Agent(model, [multiply], plan=False).run("Compute 12 times 7.")  # type: ignore[arg-type]
     assert [m["content"] for m in result.tools_ran] == ["84", "588"]  # before: 84, 588, 4116, ... to max_steps
     assert model.seen[3][-1]["role"] == "user" and "84" in model.seen[3][-1]["content"]
     assert result.stopped == "answer"
+
+
+def test_a_one_step_plan_that_echoes_the_greeting_is_asked_once_more_in_text() -> None:
+    greeting = "Good morning! How are you today?"
+    model = _Scripted([{"content": greeting}, {"content": greeting}, {"content": "Very well, thank you!"}])
+    result = _agent(model, plan=True).run(greeting)
+    assert model.seen[2][-1]["content"].startswith(f"My question was: {greeting}")
+    assert model.options[2]["tool_choice"] == "none"
+    assert result.stopped == "answer" and result.content == "Very well, thank you!"
+    model = _Scripted([{"content": greeting}] * 3)
+    assert _agent(model, plan=True).run(greeting).stopped == "no_answer"  # before: "answer", the greeting back
