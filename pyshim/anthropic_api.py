@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, key_scope
+from .openai_api import ApiError, key_scope, unknown_key
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -251,6 +251,13 @@ def _tool_choice(choice: Mapping[str, Any], options: dict[str, Any]) -> None:
         options["parallel_tool_calls"] = False
 
 
+# The fields the door reads, and those of Anthropic's it accepts and ignores (they mean nothing
+# for one local model: documented in the README's door section); any other is refused with 400.
+READ = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "stream",
+                  "temperature", "top_p", "top_k"})  # fmt: skip
+IGNORED = frozenset({"metadata", "service_tier", "thinking", "container", "mcp_servers", "context_management"})
+
+
 def parse_request(
     body: Any, session: str | None = None, key: str | None = None, *, count: bool = False
 ) -> MessagesRequest:
@@ -258,6 +265,9 @@ def parse_request(
     the call generates one token). ``session`` (the X-Session-Id header) is named within ``key``."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
+    if found := unknown_key(body, READ | IGNORED):
+        key, hint = found  # Anthropic's own wording for a field it does not take
+        raise _bad(f"{key}: Extra inputs are not permitted{hint}")
     model = _expect(body, "model", str, "a string")
     if model is None:
         raise _bad("model: field required")

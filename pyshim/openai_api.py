@@ -64,13 +64,20 @@ IGNORED = frozenset({"user", "metadata", "store", "service_tier", "modalities", 
                      "function_call", "cache_prompt", "id_slot"})  # fmt: skip
 
 
+def unknown_key(body: Mapping[str, Any], known: frozenset[str]) -> tuple[str, str] | None:
+    """The first field of ``body`` not in ``known``, and a did-you-mean hint ("" if none is near);
+    every door API refuses such a field in its own error shape."""
+    for key in body:
+        if key not in known:
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            return key, f"; did you mean '{near[0]}'?" if near else ""
+    return None
+
+
 def check_known(body: Mapping[str, Any], read: frozenset[str], ignored: frozenset[str]) -> None:
     """400 for a field neither read nor knowingly ignored, with the nearest known name."""
-    for key in body:
-        if key in read or key in ignored:
-            continue
-        near = difflib.get_close_matches(key, sorted(read | ignored), n=1)
-        hint = f"; did you mean '{near[0]}'?" if near else ""
+    if found := unknown_key(body, read | ignored):
+        key, hint = found
         raise ApiError(400, f"Unrecognized request argument supplied: {key}{hint}", param=key,
                        code="unknown_parameter")  # fmt: skip
 

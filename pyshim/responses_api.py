@@ -47,19 +47,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, check_limits, openai_logprobs
+from .openai_api import ApiError, check_known, check_limits, openai_logprobs
 
 __all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
 MAX_STORED = 1024
 PASSTHROUGH = ("temperature", "top_p", "parallel_tool_calls", "top_k", "min_p", "seed", "ignore_eos", "speculative")
-IGNORED = ("reasoning", "user", "safety_identifier", "service_tier", "prompt_cache_retention", "max_tool_calls")
+IGNORED = ("reasoning", "user", "safety_identifier", "service_tier", "prompt_cache_retention", "max_tool_calls",
+           "stream_options")  # fmt: skip
 REFUSED = {
     "background": "background responses are not supported; run the request in the foreground",
     "conversation": "the Conversations API is not supported; continue with previous_response_id",
     "prompt": "stored prompt templates are not supported; send instructions and input",
 }
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+# Every field the door reads (any other, but IGNORED, is refused with 400 as OpenAI refuses it).
+READ = frozenset({"model", "input", "instructions", "tools", "tool_choice", "text", "store", "stream", "include",
+                  "previous_response_id", "max_output_tokens", "metadata", "top_logprobs", "truncation",
+                  "prompt_cache_key", *PASSTHROUGH, *REFUSED})  # fmt: skip
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -240,6 +245,7 @@ def _options(body: Mapping[str, Any]) -> dict[str, Any]:
     if body.get("truncation") not in (None, "disabled"):
         raise _bad("truncation 'auto' is not supported: a conversation that outgrows the context is refused",
                    "truncation", "unsupported_value")  # fmt: skip
+    check_known(body, READ, frozenset(IGNORED))
     check_limits(body)
     options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
     if body.get("max_output_tokens") is not None:

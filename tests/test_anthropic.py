@@ -387,3 +387,16 @@ def test_message_start_carries_the_input_tokens(smol_url: str) -> None:
     at_start = start.message.usage.input_tokens + (start.message.usage.cache_read_input_tokens or 0)
     assert at_start > 0
     assert at_start == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+
+
+def test_an_unknown_argument_is_refused_in_anthropics_shape(smol_url: str) -> None:
+    """Issue 58: the Messages door passed "temprature" with a 200; Anthropic answers 400
+    ("Extra inputs are not permitted"). Its fields that mean nothing here are accepted."""
+    c = client(smol_url)
+    ask: Any = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        c.messages.create(model=SMOL, max_tokens=2, messages=ask, extra_body={"temprature": 0.2})
+    assert "temprature: Extra inputs are not permitted" in str(e.value) and "did you mean 'temperature'" in str(e.value)
+    assert e.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    ok = c.messages.create(model=SMOL, max_tokens=2, messages=ask, metadata={"user_id": "u1"})
+    assert ok.content is not None

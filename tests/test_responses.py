@@ -348,3 +348,15 @@ def test_a_turn_of_only_the_end_token_still_has_its_message() -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     calls = r.response(req, {"content": None, "finish_reason": "tool_calls", "tool_calls": [call], "usage": None})
     assert [i["type"] for i in calls["output"]] == ["function_call"]
+
+
+def test_an_unknown_argument_is_refused_with_the_nearest_known_one(smol_url: str) -> None:
+    """Issue 58: Responses passed "temprature" with a 200 and the default temperature; OpenAI
+    answers 400 for an unrecognised argument. Its fields that mean nothing here are accepted."""
+    c = client(smol_url)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.create(model=SMOL, input="Hi", max_output_tokens=2, extra_body={"temprature": 0.2})
+    assert "temprature" in str(e.value) and "did you mean 'temperature'" in str(e.value)
+    assert e.value.body["param"] == "temprature"  # type: ignore[index]
+    ok = c.responses.create(model=SMOL, input="Hi", max_output_tokens=2, user="u1", reasoning={"effort": "low"})
+    assert ok.status in ("completed", "incomplete")
