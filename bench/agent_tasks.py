@@ -36,7 +36,7 @@ import pyshim
 from bench.agent_peers import PEERS, run_peer
 from bench.agent_task_set import SINGLE, TASKS, TOOLS, Call, Single, Task
 from bench.door import server
-from bench.provenance import args_command, stamp
+from bench.provenance import args_command, commit, stamp
 from pyshim import Agent, AgentResult, models
 from pyshim.tools import as_tool
 
@@ -301,7 +301,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             mode: [progress(run_task(m, t, mode, door)) for t in tasks] for mode in args.modes if "multi" in args.suite
         }
         single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
-    return {"multi": multi, "single": single}
+    return {"multi": multi, "single": single, "commits": dict.fromkeys(multi, commit())}
 
 
 def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
@@ -311,6 +311,7 @@ def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
         for name, res in json.loads(path.read_text()).items():
             into = raw.setdefault(name, {"multi": {}, "single": []})
             into["multi"].update(res["multi"])
+            into.setdefault("commits", {}).update(res.get("commits") or {})
             into["single"] = res["single"] or into["single"]
     return raw
 
@@ -331,6 +332,9 @@ def render(raw: dict[str, dict[str, Any]]) -> str:
     sections = []
     for name, res in raw.items():
         lines = [f"## {name}", ""]
+        if commits := res.get("commits"):
+            ran = ", ".join(f"{MODE_TITLE[mode]} at `{sha}`" for mode, sha in commits.items())
+            lines += [f"Each system's tasks ran at its own commit (the report merges runs): {ran}.", ""]
         for mode, runs in res["multi"].items():
             lines += multi_table(mode, runs)
         sections.append("\n".join(lines + (single_table(res["single"]) if res["single"] else [])))

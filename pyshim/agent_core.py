@@ -276,11 +276,13 @@ class _Run:
     def _stuck(self, called: bool, again: bool = False) -> str:
         """A turn that is no step forward: it repeats calls that ran, writes a call as text that
         cannot run, repeats the request, or is empty. Small models do all of these. Ask, plainly,
-        for the answer instead, restating the question and every result, and offer only the tools
-        that have not run (a task may need one more), naming only those the question gives a
-        reason to call; the last time, none. (Offering every tool again, as the doors do, made
-        qwen2.5-coder-0.5b repeat once more and then write its calls as text; naming a tool the
-        question has no use for made it call that tool.)"""
+        for the answer instead, restating the question and every result, and offer (and name) only
+        the tools that have not run and that the question gives a reason to call (a task may need
+        one more); the last time, none. (Offering every tool again, as the doors do, made
+        qwen2.5-coder-0.5b repeat once more and then write its calls as text; offering the tools
+        that had not run made it call one the question has no use for: on the benchmark's
+        development half, 29 stray calls and 4/34 solved, against 1-in-7 strays and 4 of the
+        first 7 solved with the question's tools only.)"""
         if self.nudges >= MAX_NUDGES and not called:
             # Asked for the answer twice, it still wrote no answer: one last turn answers from the
             # question and the results alone, as plan mode does, in a chat with no tool in sight.
@@ -290,7 +292,7 @@ class _Run:
         # ``again``: the answer stated figures no result holds, so a tool that ran may be needed
         # again, for another argument (the second city's population).
         unused = self.tools if again else self.unused_tools()
-        self.offer = list(unused) if self.nudges < MAX_NUDGES else []
+        self.offer = [t for t in unused if t in self.relevant] if self.nudges < MAX_NUDGES else []
         nudge = nudge_text(self.question, self.results, self.offer, named=self.relevant)
         self.messages.append({"role": "user", "content": nudge})
         return "nudge"

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from scripted import Scripted
 
 import pyshim
 from pyshim import Agent
@@ -89,28 +90,7 @@ def test_invented_figures_are_those_no_known_text_holds() -> None:
     assert invented_numbers(text, known) == [1.0, 1e9]
 
 
-class _Scripted:
-    """Replays replies; records what each turn saw and was offered."""
-
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
-        self.replies = replies
-        self.seen: list[list[dict[str, Any]]] = []
-        self.offered: list[list[str]] = []
-        self.options: list[dict[str, Any]] = []
-
-    def generate(self, messages, tools=None, on_delta=None, **options):
-        self.seen.append([dict(m) for m in messages])
-        self.offered.append([t["function"]["name"] for t in tools or []])
-        self.options.append(options)
-        reply = self.replies.pop(0)
-        calls = [
-            {"id": f"call_{len(self.seen)}_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(reply.get("calls", []))
-        ]
-        message = {"role": "assistant", "content": reply.get("content")}
-        if calls:
-            message["tool_calls"] = calls
-        return {"message": message, "content": reply.get("content"), "tool_calls": calls, "finish_reason": "stop"}
+_Scripted = Scripted
 
 
 ASK = "What is the population of Paris divided by the population of Lyon?"
@@ -150,9 +130,9 @@ def test_the_nudge_never_names_a_tool_the_question_has_no_use_for() -> None:
     )
     result = _agent(model).run(ASK)
     nudge = model.seen[2][-1]["content"]
-    # Offered: the tools that have not run; named: only "divide" (the question's "divided"), never
-    # get_mayor (before: "If my question still needs divide or get_mayor, call it now").
-    assert model.offered[2] == ["divide", "get_mayor"]
+    # Offered and named: only the tool that has not run and that the question asks for ("divided"),
+    # never get_mayor (before: "If my question still needs divide or get_mayor, call it now").
+    assert model.offered[2] == ["divide"]
     assert "needs divide, call it now" in nudge and "get_mayor" not in nudge
     assert result.stopped == "answer" and not result.failures
 
