@@ -22,6 +22,7 @@ __all__ = ["calls_in_text", "invented_numbers", "numbers", "verdict"]
 
 _FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*```", re.DOTALL)
 _TAG = re.compile(r"</?tool_call>")
+_MALFORMED_CALL = re.compile(r'"(?:name|function)"\s*:.*"(?:arguments|parameters)"\s*:', re.DOTALL)
 _PY_CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*;?\s*$", re.DOTALL)
 
 
@@ -50,9 +51,12 @@ def _unwrapped(content: str) -> str:
 def _call_items(content: str) -> list[dict[str, Any]] | None:
     """The call-shaped objects the whole text consists of (``{"name": ..., "arguments" |
     "parameters": ...}``, or OpenAI's ``{"function": {...}}``), or None when it is anything else."""
-    values = _json_values(_unwrapped(content))
+    text = _unwrapped(content)
+    values = _json_values(text)
     if values is None:
-        return None
+        # Not JSON, but a call's shape all the same: small models leave quotes unescaped
+        # ('{"name": "f(city="Lyon")", "arguments": ...}'). Not runnable, and not an answer.
+        return [] if text.startswith(("{", "[")) and _MALFORMED_CALL.search(text) else None
     items = [item for v in values for item in (v if isinstance(v, list) else [v])]
     out = []
     for item in items:
@@ -63,7 +67,7 @@ def _call_items(content: str) -> list[dict[str, Any]] | None:
         if not ({"arguments", "parameters"} & item.keys() or len(item) == 1):
             return None
         out.append(item)
-    return out or None
+    return out or None  # [] is returned only for the malformed shape above
 
 
 def _as_call(name: str, args: Any) -> dict[str, Any] | None:
