@@ -80,7 +80,7 @@ class Agent:
     A dict tool needs a ``handlers`` entry (``InvalidTool`` otherwise).
 
     ``plan=True`` (the default: on the benchmark's report half, the half nothing was tuned
-    against, it solves 3/22 tasks on the default model where the plain loop solves none;
+    against, it solves 3/22 tasks on the default model where the plain loop solves 1;
     ``docs/bench-agent-tasks.md``) is for small models (about 1B parameters and under) on
     requests with several parts (``plan=False`` runs the plain loop described above). The
     model first lists the steps in a planning chat of its own (``{"type": "plan", "steps"}``
