@@ -196,9 +196,8 @@ class _Run:
                 return "retry"
             if self.looked_up or not self.from_memory(result.get("content")):
                 return "answer"
-            self.looked_up = self.force_call = True
             self.step_turns = 0  # the step again, from its start
-            self.messages.append({"role": "user", "content": LOOK_UP})
+            self.look_up()
             return "retry"
         if self.steps[0] is None:
             return "next"
@@ -305,8 +304,7 @@ class _Run:
         if self.failures and not self.succeeded():
             return "tools_failed"
         if not self.results and not self.looked_up and self.tools and self.from_memory(result.get("content")):
-            self.looked_up = self.force_call = True
-            self.messages.append({"role": "user", "content": LOOK_UP})
+            self.look_up()
             return "nudge"
         if (failed := self.failed_tools()) and not self.told:
             self.told, self.offer = True, []
@@ -327,13 +325,22 @@ class _Run:
         said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
         return bool(invented_numbers(content or "", [self.question, *said]))
 
+    def look_up(self) -> None:
+        """Send an answer from memory back, once: the next turn must call a tool."""
+        self.looked_up = self.force_call = True
+        self.messages.append({"role": "user", "content": LOOK_UP})
+
+    def answered_tools(self) -> set[str]:
+        """The tools that returned a result (not an error) in this run."""
+        return {call["function"]["name"] for call, output in self.results if not _failed(output)}
+
     def succeeded(self) -> bool:
-        return any(not output.startswith("error:") for _, output in self.results)
+        return bool(self.answered_tools())
 
     def failed_tools(self) -> list[ToolFailure]:
         """The failures of tools that never returned a result in this run (a tool that failed once
         and then answered a retry has its result)."""
-        ok = {call["function"]["name"] for call, output in self.results if not output.startswith("error:")}
+        ok = self.answered_tools()
         return [f for f in self.failures if f.name not in ok]
 
     def conclude(self, result: Result) -> AgentResult:
@@ -354,7 +361,7 @@ class _Run:
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
         self.done.add(call_key(call))
-        if output.startswith("error:"):
+        if _failed(output):
             fn, refused = call["function"], call["id"] in self.refused
             self.failures.append(ToolFailure(call["id"], fn["name"], fn["arguments"], output[6:].strip(), refused))
         self.results.append((call, output))
@@ -386,6 +393,11 @@ def failed_text(failures: Sequence[ToolFailure]) -> str:
     """A run's content when every call failed: what failed and why, in the library's words."""
     lines = [f"- {f.name}({f.arguments}): {f.error}" for f in failures]
     return "No answer: every tool call failed.\n" + "\n".join(lines)
+
+
+def _failed(output: str) -> bool:
+    """Is a call's output its error (``tools.tool_error`` and the core's refusals start so)?"""
+    return output.startswith("error:")
 
 
 def _kind(result: Result, question: str, tools: Sequence[str]) -> str:
