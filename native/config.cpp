@@ -148,12 +148,12 @@ Config parse_config(const char * config_json) {
 void check_model_file(const std::string & path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) {
-        fail("model file not found or not readable: " + path);
+        fail(EL_E_NOT_FOUND, "model file not found or not readable: " + path);
     }
     char magic[4] = {0, 0, 0, 0};
     f.read(magic, 4);
     if (f.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
-        fail("not a GGUF model file (bad magic): " + path);
+        fail(EL_E_LOAD, "not a GGUF model file (bad magic): " + path);
     }
 }
 

@@ -3,8 +3,9 @@
 //
 // The story of one call, and the file that tells each part:
 //   1. the C entry points (this file) look the handle up and catch every exception,
-//      turning it into {"error": ...}; calls on one handle run at once (the engine's
-//      scheduler orders their evaluations); nothing below worries about the ABI;
+//      turning it into {"error": ..., "code": ...} (error.h says how each is classed);
+//      calls on one handle run at once (the engine's scheduler orders their
+//      evaluations); nothing below worries about the ABI;
 //   2. request.cpp validates the JSON (json_args.cpp) and renders the prompt with the
 //      model's own chat template (llama.cpp's common/chat), tokenizes only what is new
 //      in it (token_cache.cpp) and chooses the grammar (tool_grammar.cpp: forced calls,
@@ -67,7 +68,13 @@ char * to_c_string(const std::string & s) {
     return out;
 }
 
-std::string error_json(const std::string & msg) { return el::dump(json{{"error", msg}}); }
+using el::error_json;
+
+// An exception as the error object of the ABI; `other` classes what is not an el::Error.
+std::string error_of(const std::exception & e, el_code other) {
+    const auto * coded = dynamic_cast<const el::Error *>(&e);
+    return error_json(coded != nullptr ? coded->code : other, e.what());
+}
 
 }  // namespace
 
@@ -135,14 +142,36 @@ template <typename F> char * guarded(F && body) {
     try {
         out = body();
     } catch (const std::bad_alloc &) {
-        out = error_json("out of memory");
+        out = error_json(EL_E_NO_MEMORY, "out of memory");
     } catch (const std::exception & e) {
-        out = error_json(e.what());
+        out = error_of(e, EL_E_INTERNAL);
     } catch (...) {
-        out = error_json("unknown internal error");
+        out = error_json(EL_E_INTERNAL, "unknown internal error");
     }
     char * s = to_c_string(out);
-    return s != nullptr ? s : to_c_string("{\"error\":\"out of memory\"}");
+    return s != nullptr ? s : to_c_string("{\"error\":\"out of memory\",\"code\":11}");
+}
+
+// The same for an int-returning entry point: 0, or -1 with el_last_error() saying why.
+template <typename F> int checked(F && body) {
+    try {
+        body();
+        t_last_error = "{}";
+        return 0;
+    } catch (const std::bad_alloc &) {
+        t_last_error = error_json(EL_E_NO_MEMORY, "out of memory");
+    } catch (const std::exception & e) {
+        t_last_error = error_of(e, EL_E_INTERNAL);
+    } catch (...) {
+        t_last_error = error_json(EL_E_INTERNAL, "unknown internal error");
+    }
+    return -1;
+}
+
+// Why `h` cannot be used, thrown (EL_E_CLOSED). Takes the registry lock.
+[[noreturn]] void throw_unusable(el_handle * h) {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    el::fail(EL_E_CLOSED, unusable(h));
 }
 
 // A handle's engine with its lock held, or no engine when the handle is invalid or was
@@ -175,7 +204,7 @@ char * generate_on(el_handle * handle, const char * messages_json, const char * 
         const char *                  why = kClosed;
         const std::shared_ptr<Engine> e   = lookup(handle, &why);
         if (!e || e->closing) {
-            return error_json(why);
+            return error_json(EL_E_CLOSED, why);
         }
         return e->run(messages_json, tools_json, options_json, callback, user_data, e->cancel_epoch.load());
     });
@@ -202,11 +231,11 @@ EL_API el_handle * el_open(const char * config_json) {
         t_last_error = "{}";
         return reinterpret_cast<el_handle *>(id);
     } catch (const std::bad_alloc &) {
-        t_last_error = error_json("out of memory while opening the model");
+        t_last_error = error_json(EL_E_NO_MEMORY, "out of memory while opening the model");
     } catch (const std::exception & e) {
-        t_last_error = error_json(e.what());
+        t_last_error = error_of(e, EL_E_LOAD);  // llama.cpp's own throws while loading
     } catch (...) {
-        t_last_error = error_json("unknown internal error");
+        t_last_error = error_json(EL_E_INTERNAL, "unknown internal error");
     }
     return nullptr;
 }
@@ -228,65 +257,65 @@ EL_API char * el_embed(el_handle * handle, const char * input_json, const char *
         const char *                  why = kClosed;
         const std::shared_ptr<Engine> e   = lookup(handle, &why);
         if (!e || e->closing) {
-            return error_json(why);
+            return error_json(EL_E_CLOSED, why);
         }
         return e->embed(input_json, options_json, e->cancel_epoch.load());
     });
 }
 
 EL_API int el_cancel(el_handle * handle) {
-    // Under the registry lock and without taking a reference: el_cancel never ends up
-    // holding the last reference to an engine, so it never frees a model (or blocks).
-    std::lock_guard<std::mutex> lock(g_registry_mu);
-    auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
-    if (it == g_registry.end()) {
-        return -1;
-    }
-    it->second->cancel_epoch.fetch_add(1);
-    return 0;
+    return checked([&] {
+        // Under the registry lock and without taking a reference: el_cancel never ends up
+        // holding the last reference to an engine, so it never frees a model (or blocks).
+        std::unique_lock<std::mutex> lock(g_registry_mu);
+        auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
+        if (it == g_registry.end()) {
+            el::fail(EL_E_CLOSED, unusable(handle));
+        }
+        it->second->cancel_epoch.fetch_add(1);
+    });
 }
 
 EL_API int el_cancel_request(el_handle * handle, const char * request_id) {
-    try {
-        if (request_id == nullptr) {
-            return -1;
+    return checked([&] {
+        if (request_id == nullptr || *request_id == '\0') {
+            el::fail("request_id must be a non-empty string");
         }
         const std::string id(request_id);
-        if (id.empty() || id.size() > el::kMaxRequestId) {
-            return -1;
+        if (id.size() > el::kMaxRequestId) {
+            el::fail("request_id is longer than " + std::to_string(el::kMaxRequestId) + " bytes");
         }
         // As el_cancel: under the registry lock, never holding the last reference.
         std::lock_guard<std::mutex> lock(g_registry_mu);
         auto it = g_registry.find(reinterpret_cast<uintptr_t>(handle));
         if (it == g_registry.end()) {
-            return -1;
+            el::fail(EL_E_CLOSED, unusable(handle));
         }
         it->second->cancel_request(id);
-        return 0;
-    } catch (...) {
-        return -1;
-    }
+    });
 }
 
 EL_API int el_forget(el_handle * handle, const char * session) {
-    try {
+    return checked([&] {
         const std::shared_ptr<Engine> e = lookup(handle);
-        return e && e->forget(nullptr, session) ? 0 : -1;
-    } catch (...) {
-        return -1;
-    }
+        if (!e) {
+            throw_unusable(handle);
+        }
+        e->forget(nullptr, session);
+    });
 }
 
 EL_API int el_forget_scope(el_handle * handle, const char * scope, const char * session) {
-    try {
+    return checked([&] {
         if (scope == nullptr) {
-            return -1;
+            el::fail("el_forget_scope needs a scope (\"\" is one; el_forget forgets in the default scope)");
         }
         const std::shared_ptr<Engine> e = lookup(handle);
-        return e && e->forget(scope, session) ? 0 : -1;
-    } catch (...) {
-        return -1;
-    }
+        if (!e) {
+            throw_unusable(handle);
+        }
+        e->forget(scope, session);
+    });
 }
 
 EL_API int el_reset(el_handle * handle) { return el_forget(handle, nullptr); }
@@ -295,18 +324,17 @@ EL_API char * el_stats(el_handle * handle) {
     return guarded([&]() -> std::string {
         Locked l = lock_engine(handle);
         if (!l.engine) {
-            std::lock_guard<std::mutex> lock(g_registry_mu);
-            return error_json(unusable(handle));
+            throw_unusable(handle);
         }
         if (!l.engine->dead_reason().empty()) {
-            return error_json(l.engine->dead_reason());
+            return error_json(EL_E_DEVICE, l.engine->dead_reason());
         }
         return el::dump(l.engine->stats());
     });
 }
 
 EL_API int el_close(el_handle * handle) {
-    try {
+    return checked([&] {
         std::shared_ptr<Engine> e;
         {
             std::lock_guard<std::mutex> lock(g_registry_mu);
@@ -314,7 +342,10 @@ EL_API int el_close(el_handle * handle) {
             if (it == g_registry.end()) {
                 // inherited through fork(): forgotten here, never freed (its threads are
                 // the parent's), so closing it neither blocks nor touches the parent's state
-                return g_inherited != nullptr && g_inherited->erase(reinterpret_cast<uintptr_t>(handle)) ? 0 : -1;
+                if (g_inherited == nullptr || g_inherited->erase(reinterpret_cast<uintptr_t>(handle)) == 0) {
+                    el::fail(EL_E_CLOSED, kClosed);
+                }
+                return;
             }
             e = std::move(it->second);
             g_registry.erase(it);
@@ -331,10 +362,7 @@ EL_API int el_close(el_handle * handle) {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
         e.reset();
-        return 0;
-    } catch (...) {
-        return -1;
-    }
+    });
 }
 
 EL_API void el_free(char * str) { std::free(str); }

@@ -13,10 +13,13 @@
 ** and must be released with el_free(); it is never NULL. Strings returned by
 ** el_version and el_last_error are owned by the library (see each function).
 **
-** ERRORS. A call that fails returns a JSON object {"error": "<message>"} (or,
-** for el_open, NULL plus el_last_error()). Malformed JSON, wrong types, unknown
-** roles, prompts longer than the context, bad sampling values, NULL or closed
-** handles: all are reported this way. No C++ exception and no abort escapes
+** ERRORS. A call that fails returns a JSON object {"error": "<message>",
+** "code": <el_code>} (el_open returns NULL and an int-returning call -1, and
+** then el_last_error() holds that object). The code says which class of
+** failure it is and never changes meaning (see el_code below); the message is
+** the detail, for people, and may be reworded. Malformed JSON, wrong types,
+** unknown roles, prompts longer than the context, bad sampling values, NULL or
+** closed handles: all are reported this way. No C++ exception and no abort escapes
 ** the library for any input. JSON nested deeper than 512 levels of arrays and
 ** objects (in messages, tools, options, the config, or the JSON text of a
 ** tool call's "arguments") is refused with an error naming where, before it
@@ -34,8 +37,7 @@
 ** different threads at the same time, and their generations proceed together.
 ** Their evaluations (each prompt chunk and decode step) take turns on one
 ** thread the library keeps per process, so that ggml's OpenMP threads form one
-** team (two teams on the same cores made decode a third slower or more): a
-** prompt chunk of one handle delays the others' next evaluation by its own
+** team (docs/abi-rationale.md says why): a prompt chunk of one handle delays the others' next evaluation by its own
 ** length (at most n_batch tokens). To compute two models truly at once, on a
 ** machine with cores for both, open them in separate processes.
 ** Calls on ONE handle run concurrently up to its number of slots (config
@@ -194,8 +196,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 12
-#define EL_ABI_VERSION "1.12"
+#define EL_ABI_VERSION_MINOR 13
+#define EL_ABI_VERSION "1.13"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -204,6 +206,35 @@ extern "C" {
 #endif
 
 /* An open model: opaque; never dereference it. */
+/*
+** el_code: the class of a failure, as "code" in every error object (since
+** 1.13). Values are stable: a code is never renumbered or given a new
+** meaning, and new ones may be added (treat an unknown one as EL_E_INTERNAL).
+*/
+typedef enum el_code {
+    EL_OK = 0,
+    EL_E_INTERNAL = 1,     /* a failure inside the library or llama.cpp that the
+                              input did not cause (a bug, or a decode that failed) */
+    EL_E_INVALID = 2,      /* the input is malformed or out of range: JSON, types,
+                              values, sizes, a schema or template that cannot apply */
+    EL_E_UNKNOWN_KEY = 3,  /* a key the config, options or one of their objects
+                              does not have (the message suggests the nearest) */
+    EL_E_NOT_FOUND = 4,    /* el_open: the model file is missing or unreadable */
+    EL_E_LOAD = 5,         /* el_open: not a model llama.cpp can load, or no
+                              context of this size could be created */
+    EL_E_CONTEXT_FULL = 6, /* the prompt (or prompt and reply) does not fit the
+                              context: raise n_ctx or shorten the conversation */
+    EL_E_CLOSED = 7,       /* NULL, invalid or closed handle, or one inherited
+                              through fork() */
+    EL_E_DEVICE = 8,       /* the backend failed, or a remote device was lost or
+                              cannot be reached: the handle is dead (close it) */
+    EL_E_TIMEOUT = 9,      /* the call's timeout_ms passed (el_embed; el_generate
+                              reports finish_reason "timeout" instead) */
+    EL_E_CANCELLED = 10,   /* el_cancel or el_cancel_request stopped it (el_embed;
+                              el_generate reports finish_reason "cancelled") */
+    EL_E_NO_MEMORY = 11    /* an allocation failed */
+} el_code;
+
 typedef struct el_handle el_handle;
 
 /*
@@ -325,9 +356,13 @@ EL_API const char *el_build_info(void);
 EL_API el_handle *el_open(const char *config_json);
 
 /*
-** el_last_error: the message of the last failed el_open on the calling
-** thread, as a JSON object {"error": "..."}; "{}" if none failed. The string
-** is owned by the library and valid until the next el_open on this thread.
+** el_last_error: why the last el_open or int-returning call (el_cancel,
+** el_cancel_request, el_reset, el_forget, el_forget_scope, el_close) on the
+** calling thread failed, as {"error": "...", "code": <el_code>}; "{}" when
+** it succeeded (each of those calls sets it; el_generate, el_embed and
+** el_stats, whose errors are in what they return, leave it alone). The
+** string is owned by the library and valid until the next of those calls on
+** this thread.
 */
 EL_API const char *el_last_error(void);
 
@@ -529,9 +564,7 @@ EL_API const char *el_last_error(void);
 **                      sampler chain: greedy decoding without a grammar. A
 **                      call with tools carries a (lazy) grammar, so it reads
 **                      0. Which tokens are read so is the library's choice,
-**                      not a promise: a library carrying the dropped
-**                      llama-sampling-grammar-waits patch also counted a
-**                      call's tokens before its grammar's trigger (1.6)
+**                      not a promise (1.6)
 **   n_drafted, n_accepted  tokens speculation drafted, and of those the ones
 **                      the call's own choice confirmed (1.10)
 **   abi_version        EL_ABI_VERSION
@@ -552,18 +585,14 @@ EL_API const char *el_last_error(void);
 ** A call drafts only while no other call runs on the handle: a drafted row
 ** lengthens the shared step for every call in it, so speculation never slows
 ** the calls beside it (a draft never exceeds n_batch / n_seq either).
-** COST: each drafted row also attends over the whole context (on 2 CPU
-** cores at 2,048 tokens, a step of 2 rows costs 1.18x one row, 8 rows 2.4x),
-** so a call's drafts start at 2 tokens, double while accepted whole, shrink
+** COST: each drafted row also attends over the whole context, so a call's
+** drafts start at 2 tokens, double while accepted whole, shrink
 ** to one past what was accepted otherwise, and after a draft of which
 ** nothing was accepted drafting pauses (1, 2, 4 ... 32 tokens).
-** docs/bench-speculative.md measures where it pays.
-** WHY OFF BY DEFAULT: in that benchmark (qwen2.5-coder-0.5b, 2 cores) it never
-** lost: agent replies 1.01-1.23x, quoting 1.69-2.40x, a code edit 1.17-1.75x,
-** free prose 1.15-1.57x. But without "deterministic" the larger batch
-** flipped near-ties (0.001 and 0.016 nats apart) in 2 of its 8 outputs, and
-** a default must not change what greedy decoding says. Ask for it per call
-** or per handle where the output copies its context.
+** OFF BY DEFAULT: without "deterministic" the larger batch can flip a
+** near-tie, and a default must not change what greedy decoding says. Ask for
+** it per call or per handle where the output copies its context
+** (docs/abi-rationale.md has the measurements behind both choices).
 **
 ** A FAILED CALL (an error after the call was given a slot) leaves its own slot
 ** empty and unpinned; a conversation it evicted stays saved in host memory as
@@ -644,7 +673,8 @@ EL_API char *el_embed(el_handle *handle, const char *input_json, const char *opt
 ** running changes nothing on the handle. Calls begun after el_cancel returns
 ** are not affected, so a cancel can never be lost to timing. Never blocks;
 ** may be called from any thread, and from a stream callback of another
-** handle. Returns 0, or -1 for an invalid or closed handle.
+** handle. Returns 0, or -1 for an invalid or closed handle (EL_E_CLOSED in
+** el_last_error).
 */
 EL_API int el_cancel(el_handle *handle);
 
@@ -655,7 +685,8 @@ EL_API int el_cancel(el_handle *handle);
 ** once too (the handle remembers the last 64 ids cancelled), so a cancel sent
 ** just before its call started is not lost. Give each call its own id. Never
 ** blocks; may be called from any thread. Returns 0, or -1 for an invalid or
-** closed handle or an id that is NULL, empty or longer than 256 bytes.
+** closed handle (EL_E_CLOSED) or an id that is NULL, empty or longer than 256
+** bytes (EL_E_INVALID); el_last_error says which.
 ** (since 1.3)
 */
 EL_API int el_cancel_request(el_handle *handle, const char *request_id);
@@ -668,7 +699,8 @@ EL_API int el_cancel_request(el_handle *handle, const char *request_id);
 ** wait for calls in progress: they finish as they would, and the slot each
 ** runs on is cleared as it ends, so no call that begins after el_reset
 ** returns sees anything cached before. Returns 0, or -1 for an invalid or
-** closed handle.
+** closed handle (EL_E_CLOSED) or a dead one (EL_E_DEVICE); el_last_error says
+** which.
 */
 EL_API int el_reset(el_handle *handle);
 
@@ -682,7 +714,8 @@ EL_API int el_reset(el_handle *handle);
 ** session "" is the pool of calls that name no session: every unpinned slot and
 ** their host-memory copies. Like el_reset it does not wait for calls in
 ** progress (a slot in use is cleared as its call ends). Returns 0, or -1 for
-** an invalid, closed or dead handle.
+** an invalid or closed handle (EL_E_CLOSED) or a dead one (EL_E_DEVICE);
+** el_last_error says which.
 */
 EL_API int el_forget(el_handle *handle, const char *session);
 
@@ -693,7 +726,8 @@ EL_API int el_forget(el_handle *handle, const char *session);
 ** request caches of every session go too: they are keyed by owner, and only
 ** save preparation time). el_forget's session is one of the scope calls name
 ** by default (the config's "scope", or none). Returns 0, or -1 for an
-** invalid, closed or dead handle or a NULL scope. (since 1.11)
+** invalid, closed or dead handle or a NULL scope (EL_E_INVALID); el_last_error
+** says which. (since 1.11)
 */
 EL_API int el_forget_scope(el_handle *handle, const char *scope, const char *session);
 
@@ -719,7 +753,8 @@ EL_API char *el_stats(el_handle *handle);
 ** With a cache_dir, what the slots and host memory hold is written to the
 ** disk tier first (a file per conversation, the time it takes to write
 ** its state; a write that fails is skipped).
-** Returns 0, or -1 if the handle was invalid or already closed (no crash).
+** Returns 0, or -1 if the handle was invalid or already closed (no crash;
+** EL_E_CLOSED in el_last_error).
 ** A handle inherited through fork() is released without waiting or freeing
 ** (see THREADS) and returns 0.
 */

@@ -176,14 +176,14 @@ std::vector<float> Embedder::pooled(const Input & in, bool normalize, const std:
     const int32_t rc   = on_compute_lane([this] { return llama_decode(ctx_, batch_); });
     stop_              = nullptr;
     if (rc == 2) {
-        throw std::runtime_error("cancelled or timed out while embedding");
+        return {};  // stopped: the caller says why (cancelled or timed out)
     }
     if (rc != 0) {
-        throw std::runtime_error("llama_decode failed while embedding (status " + std::to_string(rc) + ")");
+        fail(EL_E_INTERNAL, "llama_decode failed while embedding (status " + std::to_string(rc) + ")");
     }
     const float * v = llama_get_embeddings_seq(ctx_, 0);
     if (v == nullptr) {
-        throw std::runtime_error("llama.cpp pooled no embedding for the input");
+        fail(EL_E_INTERNAL, "llama.cpp pooled no embedding for the input");
     }
     const int32_t      n_embd = llama_model_n_embd(model_);
     std::vector<float> out(v, v + n_embd);
@@ -211,9 +211,13 @@ json Embedder::embed(const char * input_json, const char * options_json, const s
     const std::vector<Input> inputs = read_inputs(input, truncate);
     // Another embed call holds the context: wait for it, as bounded as everything else.
     std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    // Stopped: by el_cancel (EL_E_CANCELLED) or by timeout_ms (EL_E_TIMEOUT), `while` what.
+    const auto stopped = [&](const char * while_) {
+        fail(cancelled() ? EL_E_CANCELLED : EL_E_TIMEOUT, std::string(cancelled() ? "cancelled" : "timed out") + while_);
+    };
     while (!lock.try_lock()) {
         if (stop()) {
-            throw std::runtime_error(cancelled() ? "cancelled" : "timed out waiting for another embed call");
+            stopped(" waiting for another embed call");
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -224,11 +228,11 @@ json Embedder::embed(const char * input_json, const char * options_json, const s
     json       data = json::array();
     size_t     n_tokens = 0;
     for (size_t i = 0; i < inputs.size(); i++) {
-        if (stop()) {
-            throw std::runtime_error(cancelled() ? "cancelled" : "timed out");
+        std::vector<float> vec = stop() ? std::vector<float>{} : pooled(inputs[i], normalize, stop);
+        if (vec.empty()) {
+            stopped(" while embedding");
         }
-        json item = {{"index", i}, {"embedding", pooled(inputs[i], normalize, stop)},
-                     {"n_tokens", inputs[i].tokens.size()}};
+        json item = {{"index", i}, {"embedding", std::move(vec)}, {"n_tokens", inputs[i].tokens.size()}};
         if (inputs[i].truncated) {
             item["truncated"] = true;
         }
@@ -244,7 +248,7 @@ json Embedder::embed(const char * input_json, const char * options_json, const s
 std::string Engine::embed(const char * input_json, const char * options_json, uint64_t epoch) {
     if (dead_.load()) {
         std::lock_guard<std::mutex> lock(mu);
-        return dump(json{{"error", dead_reason_}});
+        return error_json(EL_E_DEVICE, dead_reason_);
     }
     if (rpc_.active()) {
         // A lost server is watched per generation call (rpc.h); an embedding evaluation

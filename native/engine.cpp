@@ -48,8 +48,17 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
         check_open();
     }
     // Without the handle's mutex: running calls' decode steps go on while this call reads,
-    // renders and tokenizes its request, however large it is.
-    prepare(p, messages_json, tools_json, options_json);
+    // renders and tokenizes its request, however large it is. What llama.cpp's template,
+    // parser or grammar code throws here, it throws about the request (error.h).
+    try {
+        prepare(p, messages_json, tools_json, options_json);
+    } catch (const Error &) {
+        throw;
+    } catch (const std::bad_alloc &) {
+        throw;
+    } catch (const std::exception & e) {
+        fail(EL_E_INVALID, e.what());
+    }
     std::unique_lock<std::mutex> lock(mu);
     check_open();
     struct Tracked {
@@ -114,12 +123,10 @@ std::string Engine::run(const char * messages_json, const char * tools_json, con
     return dump(result_json(out, p.rep, p.req.top_logprobs >= 0));
 }
 
-bool Engine::forget(const char * scope, const char * session) {
+void Engine::forget(const char * scope, const char * session) {
     std::lock_guard<std::mutex> prep(prep_mu_);
     std::lock_guard<std::mutex> lock(mu);
-    if (closing || !dead_reason_.empty()) {
-        return false;
-    }
+    check_open();
     // A whole scope: the request caches cannot tell its keys apart cheaply, so all of them
     // go (they only save preparation time; their pressure is shared anyway).
     const bool all   = scope == nullptr && session == nullptr;
@@ -137,15 +144,14 @@ bool Engine::forget(const char * scope, const char * session) {
     if (message_values_) {
         message_values_ = patched::message_values_init();
     }
-    return true;
 }
 
 void Engine::check_open() const {
     if (closing) {
-        throw std::runtime_error("invalid or closed handle");
+        fail(EL_E_CLOSED, "invalid or closed handle");
     }
     if (!dead_reason_.empty()) {
-        throw std::runtime_error(dead_reason_);
+        fail(EL_E_DEVICE, dead_reason_);
     }
 }
 
@@ -213,7 +219,7 @@ std::string Engine::admit(Prepared & p, std::unique_lock<std::mutex> & lock) {
             return "";
         }
         if (closing) {
-            throw std::runtime_error("invalid or closed handle");
+            fail(EL_E_CLOSED, "invalid or closed handle");
         }
     }
     // Cancelled (or timed out) before its turn: it ends before it is given a slot, so
@@ -248,7 +254,7 @@ bool Engine::route(Prepared & p, std::unique_lock<std::mutex> & lock) {
         }
         if (should_stop(p.call)) {
             if (closing) {
-                throw std::runtime_error("invalid or closed handle");
+                fail(EL_E_CLOSED, "invalid or closed handle");
             }
             return false;
         }

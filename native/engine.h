@@ -71,12 +71,12 @@ class Engine {
     // begins with it later (the last kRemembered ids are kept). Never waits for `mu`.
     void cancel_request(const std::string & request_id);
 
-    // el_forget; false when the engine is closing or dead. What the caches derived from the
+    // el_forget; throws EL_E_CLOSED or EL_E_DEVICE when the engine is closing or dead. What the caches derived from the
     // session's requests goes too: its messages and prompts, and the shared template values
     // (every session's, rebuilt on their next call: the store cannot tell them apart). Takes
     // prep_mu_ and then mu, so that it never holds mu while a preparation runs.
     // A NULL session with a scope forgets every owner of that scope; both NULL, everything.
-    bool forget(const char * scope, const char * session);
+    void forget(const char * scope, const char * session);
 
     // Why the engine is dead (empty while it is alive).
     const std::string & dead_reason() const { return dead_reason_; }

@@ -20,7 +20,7 @@ namespace el {
 // llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal.
 void Engine::decode_failed(int32_t rc, const char * where) {
     if (rc == kDead) {
-        throw std::runtime_error(dead_reason_);
+        fail(EL_E_DEVICE, dead_reason_);
     }
     if (rc == kRemoteLost) {
         // The patched ggml-rpc failed the connection without touching anything else, so
@@ -33,15 +33,17 @@ void Engine::decode_failed(int32_t rc, const char * where) {
                                                  " ms after the call's timeout or cancel; the connection was cut)"
                                            : " (it died, or stalled past rpc_timeout_ms)") +
                        ". This handle is dead: close it and open a new one";
-        throw std::runtime_error(dead_reason_);
+        fail(EL_E_DEVICE, dead_reason_);
     }
     if (rc < -1) {
         dead_        = true;
         dead_reason_ = "the backend failed while " + std::string(where) + " (llama_decode status " +
                        std::to_string(rc) + "); the device may be lost. This handle is dead: close it and open a new one";
-        throw std::runtime_error(dead_reason_);
+        fail(EL_E_DEVICE, dead_reason_);
     }
-    fail("llama_decode failed while " + std::string(where) + " (status " + std::to_string(rc) + ")");
+    // 1: no room for the batch in the KV cache (the context is full); -1: a batch llama.cpp refused
+    fail(rc == 1 ? EL_E_CONTEXT_FULL : EL_E_INTERNAL,
+         "llama_decode failed while " + std::string(where) + " (status " + std::to_string(rc) + ")");
 }
 
 // After an evaluation on remote devices: wait for its results, then make sure every

@@ -15,6 +15,10 @@ void fail(const std::string & msg) { throw UserError(msg); }
 
 std::string dump(const json & j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+std::string error_json(el_code code, const std::string & msg) {
+    return dump(json{{"error", msg}, {"code", (int) code}});
+}
+
 // Where the string that opens at s[at] ('"') ends (its closing quote); npos if the text ends
 // first. Most of a message's bytes are inside strings: memchr finds each quote, and a quote
 // after an odd number of backslashes is part of the string.
@@ -172,7 +176,7 @@ void reject_unknown_keys(const json & obj, const std::set<std::string> & known, 
                 best = k;
             }
         }
-        fail(std::string("unknown ") + what + " key \"" + key + "\"" +
+        fail(EL_E_UNKNOWN_KEY, std::string("unknown ") + what + " key \"" + key + "\"" +
              (best.empty() ? "" : "; did you mean \"" + best + "\"?") + " (known keys: " + all + ")");
     }
 }

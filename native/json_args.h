@@ -1,10 +1,12 @@
 // json_args.h -- reading the caller's JSON: typed getters whose errors name the key,
-// and UserError, the one exception type that means "the request was wrong".
+// each a UserError (error.h: EL_E_INVALID, or EL_E_UNKNOWN_KEY for a key not known).
 //
 // Invariant: every value read from caller JSON goes through these getters, so a wrong
 // type or an out-of-range number is always a UserError with a readable message, never
 // nlohmann's own exception text and never undefined behaviour.
 #pragma once
+
+#include "error.h"
 
 #include <nlohmann/json.hpp>
 
@@ -18,12 +20,7 @@ namespace el {
 
 using json = nlohmann::ordered_json;
 
-// A problem with what the caller sent. Everything else that is thrown is an
-// internal failure; both become {"error": ...} at the ABI boundary.
-struct UserError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
+// A problem with what the caller sent (EL_E_INVALID; error.h has the other classes).
 [[noreturn]] void fail(const std::string & msg);
 
 // Model output is arbitrary bytes: a token can end inside a UTF-8 sequence,

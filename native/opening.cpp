@@ -71,13 +71,14 @@ void Engine::open(const char * config_json) {
     load_model();
     create_context();
     if (!rpc_.lost().empty()) {
-        fail("lost the connection to the RPC server " + rpc_.lost() + " while loading the model");
+        fail(EL_E_DEVICE, "lost the connection to the RPC server " + rpc_.lost() + " while loading the model");
     }
 
     try {
         templates_ = common_chat_templates_init(model_, cfg_.chat_template);
     } catch (const std::exception & e) {
-        fail(std::string("chat template does not parse: ") + e.what());
+        // the caller's own template is the input's fault; the model's, the file's
+        fail(cfg_.chat_template.empty() ? EL_E_LOAD : EL_E_INVALID, std::string("chat template does not parse: ") + e.what());
     }
     grammars_.reset(patched::grammar_cache_init());
 
@@ -131,7 +132,8 @@ void Engine::load_model() {
     if (model_ == nullptr) {
         const std::string why = rpc_.lost().empty() ? thread_log_errors()
                                                     : "lost the connection to the RPC server " + rpc_.lost();
-        fail("llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
+        fail(rpc_.lost().empty() ? EL_E_LOAD : EL_E_DEVICE,
+             "llama.cpp could not load the model " + cfg_.model + (why.empty() ? "" : ": " + why));
     }
     vocab_  = llama_model_get_vocab(model_);
     tokens_ = std::make_unique<TokenCache>(vocab_);
@@ -162,8 +164,8 @@ void Engine::create_context() {
     ctx_ = llama_init_from_model(model_, cp);
     if (ctx_ == nullptr) {
         const std::string & why = thread_log_errors();
-        fail("llama.cpp could not create a context (n_ctx " + std::to_string(cfg_.n_ctx) + "; out of memory?)" +
-             (why.empty() ? "" : ": " + why));
+        fail(EL_E_LOAD, "llama.cpp could not create a context (n_ctx " + std::to_string(cfg_.n_ctx) +
+                            "; out of memory?)" + (why.empty() ? "" : ": " + why));
     }
     if (cfg_.deterministic) {
         if (const std::string why = patched::deterministic_refusal(model_); !why.empty()) {

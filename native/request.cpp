@@ -518,7 +518,7 @@ void choose_grammar(const llama_vocab * vocab, const json & tools, const std::st
                 add_bare_call_grammar(tools, parallel, s);
             }
         }
-    } catch (const UserError &) {
+    } catch (const Error &) {
         throw;
     } catch (const std::exception & e) {
         fail(std::string("schema cannot be turned into a grammar: ") + e.what());
@@ -578,7 +578,7 @@ size_t history_length(const ModelView & m, common_chat_templates_inputs in, Requ
     try {
         r.history_prompt = apply_template(m, in).prompt;
         history          = tokens_of(m, r.history_prompt, r);
-    } catch (const UserError &) {
+    } catch (const Error &) {
         throw;
     } catch (const std::exception &) {
         return 0;  // some templates refuse a history that ends oddly; only a checkpoint is lost
@@ -666,7 +666,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     // A prompt that cannot fit is refused before it is tokenized (a multi-megabyte request
     // would take a core for seconds): the same error, with the bound instead of the count.
     if (const size_t at_least = m.tokens.min_tokens(r.chat.prompt); at_least >= (size_t) m.n_ctx) {
-        fail("prompt is at least " + std::to_string(at_least) + " tokens; the context holds " + std::to_string(m.n_ctx) +
+        fail(EL_E_CONTEXT_FULL, "prompt is at least " + std::to_string(at_least) + " tokens; the context holds " + std::to_string(m.n_ctx) +
              " (raise n_ctx in the config or shorten the conversation)");
     }
     r.prompt = tokens_of(m, r.chat.prompt, r);
@@ -689,7 +689,7 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
         r.last_message_start = last_message_start(m, in, r);
     }
     if ((int32_t) r.prompt.size() >= m.n_ctx) {
-        fail("prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+        fail(EL_E_CONTEXT_FULL, "prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
              std::to_string(m.n_ctx) + " (raise n_ctx in the config or shorten the conversation)");
     }
     r.n_render_reused = patched::render_memo_hits() - memo_hits;

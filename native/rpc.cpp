@@ -55,13 +55,13 @@ void RpcLink::connect(const std::vector<std::string> & endpoints, int32_t timeou
     for (const std::string & ep : endpoints) {
         thread_log_errors().clear();
         if (!patched::rpc_check(ep.c_str())) {
-            fail("cannot reach the RPC server " + ep + first_logged_line() +
+            fail(EL_E_DEVICE, "cannot reach the RPC server " + ep + first_logged_line() +
                  "; is rpc-server running there and reachable from this machine?");
         }
         failures_at_open_.push_back(patched::rpc_failures(ep.c_str()));
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(ep.c_str());
         if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
-            fail("the RPC server " + ep + " reports no devices");
+            fail(EL_E_DEVICE, "the RPC server " + ep + " reports no devices");
         }
         for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
             devices_.push_back(ggml_backend_reg_dev_get(reg, i));

@@ -33,7 +33,7 @@ class RpcLink {
     RpcLink & operator=(const RpcLink &) = delete;
 
     // Set the socket timeouts, probe each endpoint with a round trip and collect its
-    // devices; throws UserError naming the first endpoint that cannot be reached.
+    // devices; throws an el::Error (EL_E_DEVICE) naming the first endpoint that cannot be reached.
     void connect(const std::vector<std::string> & endpoints, int32_t timeout_ms);
 
     bool active() const { return !endpoints_.empty(); }

@@ -36,8 +36,8 @@ Speculation read_speculation(const json & value, const char * what) {
     try {
         s.size_n = (int32_t) get_int(value, "size_n", kDefaultN, 1, 32);
         s.size_m = (int32_t) get_int(value, "size_m", kDefaultM, 1, 64);
-    } catch (const UserError & e) {
-        fail(name + ": " + e.what());
+    } catch (const Error & e) {
+        fail(e.code, name + ": " + e.what());
     }
     return s;
 }

@@ -21,12 +21,16 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from ._lib import ffi, lib, read_json, take_json
+from ._lib import ffi, read_json
+from .handle import Handle
 from .shapes import Delta, Result
 
-__all__ = ["DONE", "Call", "take_result"]
+__all__ = ["DONE", "Args", "Call"]
+
+#: el_generate's JSON arguments: messages, tools (None: none), options.
+Args = tuple[bytes, bytes | None, bytes]
 
 #: ``Call.next_delta`` returns this once the call has returned.
 DONE: Any = object()
@@ -69,17 +73,12 @@ def _worker(job: Callable[[], None]) -> None:
         job = _jobs.get()
 
 
-def take_result(ptr: Any) -> Result:
-    """el_generate's result (``take_json``), typed as native/el_shim.h documents it."""
-    return cast("Result", take_json(ptr))
-
-
 class Call:
     """Runs ``el_generate`` (or ``el_generate_stream`` when ``streaming``) on a daemon thread."""
 
-    def __init__(self, handle: Any, args: tuple[Any, ...], streaming: bool, request_id: str) -> None:
+    def __init__(self, handle: Handle, args: Args, streaming: bool, request_id: str) -> None:
         self._handle = handle
-        self._request_id = request_id.encode()
+        self._request_id = request_id
         self._cond = threading.Condition()
         self._slot: Any = None  # the delta the worker is waiting on
         self._handed = False  # whether the caller has it
@@ -92,14 +91,11 @@ class Call:
 
     # -- worker thread ---------------------------------------------------------------
 
-    def _work(self, args: tuple[Any, ...], streaming: bool) -> None:
+    def _work(self, args: Args, streaming: bool) -> None:
         self._worker = threading.current_thread()
         try:
-            if streaming:
-                callback = ffi.callback("el_stream_cb", self._on_delta)
-                self.result = take_result(lib().el_generate_stream(*args, callback, ffi.NULL))
-            else:
-                self.result = take_result(lib().el_generate(*args))
+            callback = ffi.callback("el_stream_cb", self._on_delta) if streaming else None
+            self.result = self._handle.generate(*args, callback)
         except BaseException as e:  # handed to the caller, never lost in the thread
             self.error = e
         finally:
@@ -163,8 +159,8 @@ class Call:
             return
         if not self._done:
             # Once is enough: the handle remembers the id for a call that has not begun yet.
-            with contextlib.suppress(Exception):
-                lib().el_cancel_request(self._handle, self._request_id)
+            with contextlib.suppress(Exception):  # a closed handle has nothing left to stop
+                self._handle.cancel_request(self._request_id)
         while not self._done:
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: the call is already stopping
                 self._wait_done()
@@ -175,9 +171,7 @@ class Call:
                 self._cond.wait(POLL_S)
 
 
-def run_in_worker(
-    handle: Any, args: tuple[Any, ...], request_id: str, on_delta: Callable[[Delta], object] | None
-) -> Result:
+def run_in_worker(handle: Handle, args: Args, request_id: str, on_delta: Callable[[Delta], object] | None) -> Result:
     """A generate call whose deltas (if any) go to ``on_delta`` on the calling thread."""
     call = Call(handle, args, on_delta is not None, request_id)
     try:

@@ -18,7 +18,7 @@ from typing import Any, cast
 import cffi
 import orjson
 
-from .errors import InvalidRequest, LibraryNotFound, ShimError, error_for
+from .errors import InvalidRequest, LibraryNotFound, ShimError, from_library
 
 CDEF = """
 typedef struct el_handle el_handle;
@@ -111,8 +111,19 @@ def take_json(ptr: Any) -> dict[str, Any]:
     finally:
         lib().el_free(ptr)
     if isinstance(data, dict) and "error" in data:
-        raise error_for(str(data["error"]))
+        raise from_library(data)
     return data
+
+
+def last_error(*, opening: str | None = None) -> ShimError:
+    """Why the last el_open or int-returning el_* call on this thread failed (el_last_error)."""
+    return from_library(json.loads(c_bytes(lib().el_last_error())), opening=opening)
+
+
+def check(rc: int) -> None:
+    """An int-returning el_* call's result: nothing for 0, its error for -1."""
+    if rc != 0:
+        raise last_error()
 
 
 def encode(value: Any) -> bytes:

@@ -24,15 +24,14 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
 
-from ._lib import lib
+from .handle import Handle
 
 __all__ = ["usable", "watching"]
 
 _lock = threading.Lock()
 _pipe: tuple[int, int] | None = None  # (read end, write end), opened once per process
-_call: tuple[Any, bytes] | None = None  # the (handle, request_id) the watcher stops on SIGINT
+_call: tuple[Handle, str] | None = None  # the (handle, request_id) the watcher stops on SIGINT
 _forward = -1  # the wakeup fd set before this call's, which gets every byte too
 
 
@@ -46,7 +45,7 @@ def usable() -> bool:
 
 
 @contextlib.contextmanager
-def watching(handle: Any, request_id: bytes) -> Iterator[bool]:
+def watching(handle: Handle, request_id: str) -> Iterator[bool]:
     """While inside, a SIGINT stops the call ``request_id`` on ``handle``; yields False (and
     watches nothing) where the interpreter refuses a wakeup fd (an embedding's subinterpreter)."""
     global _call, _forward
@@ -93,8 +92,8 @@ def _watch(read_end: int) -> None:
     while data := os.read(read_end, 512):
         call, forward = _call, _forward
         if call is not None and int(signal.SIGINT) in data:
-            with contextlib.suppress(Exception):
-                lib().el_cancel_request(*call)
+            with contextlib.suppress(Exception):  # closed meanwhile: nothing left to stop
+                call[0].cancel_request(call[1])
         if forward >= 0:
             with contextlib.suppress(OSError):  # as the interpreter does: a full pipe drops bytes
                 os.write(forward, data)

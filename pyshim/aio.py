@@ -22,8 +22,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
-from ._lib import lib
-from .errors import ShimError
+from .errors import ClosedModel, ShimError
 from .model import Delta, Embeddings, EmbedInput, Message, Model, Result, ToolSpec
 
 __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "astream", "gate"]
@@ -133,8 +132,9 @@ class Gate:
         call.cancelled.set()
         with self._lock:  # the worker leaves under this lock, so the model is still open here
             model = self._model()
-            if call in self._running and model is not None and model._handle is not None:
-                lib().el_cancel_request(model._handle, call.request_id.encode())
+            if call in self._running and model is not None:
+                with contextlib.suppress(ClosedModel):  # closed meanwhile: nothing left to stop
+                    model.cancel(call.request_id)
 
 
 def _grant(turn: asyncio.Future[None]) -> None:

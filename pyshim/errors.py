@@ -1,20 +1,47 @@
-"""The exceptions pyshim raises: one family under ``ShimError``.
+"""The exceptions pyshim raises: one family under ``ShimError``, chosen by the library's code.
 
-Every error the C library reports becomes one of these, and so does every error
-pyshim raises on purpose (unknown model names, failed downloads, tools it cannot
-describe, an agent run that could not finish). Each also derives from the builtin
-a caller would naturally catch (``ValueError``, ``LookupError``, ``OSError``).
+Every error the C library reports carries an ``el_code`` (native/el_shim.h); ``from_library``
+turns it into one of these by that code, never by the message, and the exception keeps it as
+``code``. Errors pyshim raises on purpose (unknown model names, failed downloads, tools it cannot
+describe, an agent run that could not finish) are in the family too. Each also derives from the
+builtin a caller would naturally catch (``ValueError``, ``TypeError``, ``FileNotFoundError``,
+``TimeoutError``, ``MemoryError``, ``ConnectionError``, ``LookupError``, ``OSError``).
 """
 
 from __future__ import annotations
 
+import enum
+import errno
 from typing import Any
 
 from .shapes import AgentResult
 
 
+class Code(enum.IntEnum):
+    """``el_code`` of native/el_shim.h, value for value (tests/test_error_codes.py reads the header)."""
+
+    INTERNAL = 1
+    INVALID = 2
+    UNKNOWN_KEY = 3
+    NOT_FOUND = 4
+    LOAD = 5
+    CONTEXT_FULL = 6
+    CLOSED = 7
+    DEVICE = 8
+    TIMEOUT = 9
+    CANCELLED = 10
+    NO_MEMORY = 11
+
+
 class ShimError(Exception):
-    """An error reported by libel_shim (or by pyshim around it)."""
+    """An error reported by libel_shim (or by pyshim around it); ``code`` is the library's
+    ``el_code`` (a ``Code``), or None for an error pyshim raised itself."""
+
+    code: Code | None = None
+
+
+class InternalError(ShimError, RuntimeError):
+    """A failure inside the library or llama.cpp that the input did not cause."""
 
 
 class LibraryNotFound(ShimError, OSError):
@@ -31,6 +58,15 @@ class ModelFileNotFound(ModelLoadError, FileNotFoundError):
 
 class InvalidConfig(ModelLoadError, TypeError):
     """A keyword ``Model`` (el_open) does not take, as Python reports an unexpected keyword."""
+
+
+class InvalidConfigValue(ModelLoadError, ValueError):
+    """A setting ``Model`` (el_open) takes, given a value it cannot use (a wrong type, a number out
+    of range, a chat template that does not parse)."""
+
+
+class DeviceUnreachable(ModelLoadError, ConnectionError):
+    """A remote device (an ``rpc`` server) could not be reached or was lost while the model loaded."""
 
 
 class UnknownModel(ShimError, LookupError):
@@ -53,8 +89,31 @@ class InvalidTool(InvalidRequest):
     """A Python function (or dict) that cannot be offered to the model as a tool, with the reason."""
 
 
-class ClosedModel(ShimError):
-    """The model was closed (or the handle is invalid)."""
+class UnknownOption(InvalidRequest, TypeError):
+    """An option (or a key inside one) the library does not have, as Python reports an unexpected
+    keyword; the message suggests the nearest."""
+
+
+class ClosedModel(ShimError, ValueError):
+    """The model was closed (or the handle is invalid), as I/O on a closed file is a ValueError."""
+
+
+class DeviceLost(ShimError, ConnectionError):
+    """The backend failed or a remote device was lost or cannot be reached: the handle is dead
+    (close the Model and open a new one)."""
+
+
+class TimedOut(ShimError, TimeoutError):
+    """The call's ``timeout_ms`` passed before it could finish (embeddings; a generation reports
+    ``finish_reason="timeout"`` instead)."""
+
+
+class Cancelled(ShimError):
+    """``cancel()`` stopped it (embeddings; a generation reports ``finish_reason="cancelled"``)."""
+
+
+class OutOfMemory(ShimError, MemoryError):
+    """An allocation in the library failed."""
 
 
 class AgentError(ShimError):
@@ -65,16 +124,42 @@ class AgentError(ShimError):
         self.result = result
 
 
-def open_error(message: str) -> ModelLoadError:
-    """el_open's refusal as the exception a caller expects: an unknown keyword is a TypeError."""
-    if message.startswith("unknown config key"):
-        return InvalidConfig(message)
-    return ModelLoadError(message)
+# The class of each code: for a call on an open handle, and for el_open (where the same codes
+# mean a model that cannot be opened, so each is a ModelLoadError too).
+_CALL: dict[Code, type[ShimError]] = {
+    Code.INTERNAL: InternalError,
+    Code.INVALID: InvalidRequest,
+    Code.UNKNOWN_KEY: UnknownOption,
+    Code.CONTEXT_FULL: ContextFull,
+    Code.CLOSED: ClosedModel,
+    Code.DEVICE: DeviceLost,
+    Code.TIMEOUT: TimedOut,
+    Code.CANCELLED: Cancelled,
+    Code.NO_MEMORY: OutOfMemory,
+}
+_OPEN: dict[Code, type[ShimError]] = {
+    Code.UNKNOWN_KEY: InvalidConfig,
+    Code.INVALID: InvalidConfigValue,
+    Code.DEVICE: DeviceUnreachable,
+}
 
 
-def error_for(message: str) -> ShimError:
-    if "invalid or closed handle" in message:
-        return ClosedModel(message)
-    if message.startswith("prompt is ") and "the context holds" in message:
-        return ContextFull(message)
-    return InvalidRequest(message)
+def from_library(error: dict[str, Any], *, opening: str | None = None) -> ShimError:
+    """The exception for one error object of the library (``{"error": message, "code": n}``);
+    ``opening`` is the model path when it came from el_open. A code this pyshim does not know
+    (a newer library) is an ``InternalError``, as el_shim.h says to treat it."""
+    message = str(error.get("error", "unknown error"))
+    raw = error.get("code")
+    try:
+        code = Code(raw) if isinstance(raw, int) else Code.INTERNAL
+    except ValueError:
+        code = Code.INTERNAL
+    exc: ShimError
+    if opening is not None and code == Code.NOT_FOUND:
+        exc = ModelFileNotFound(errno.ENOENT, message, opening)
+    elif opening is not None:
+        exc = _OPEN.get(code, ModelLoadError)(message)
+    else:
+        exc = _CALL.get(code, InternalError)(message)
+    exc.code = code
+    return exc

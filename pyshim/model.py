@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _sigint, habits, models, structured
-from ._call import DONE, Call, run_in_worker, take_result
-from ._lib import c_bytes, encode, encode_messages, ffi, lib, read_json, take_json
-from .errors import ClosedModel, ModelFileNotFound, open_error
+from ._call import DONE, Args, Call, run_in_worker
+from ._lib import encode, encode_messages, ffi, read_json
+from .errors import ClosedModel, ModelFileNotFound
+from .handle import Handle
 
 if TYPE_CHECKING:
     from .aio import AsyncStream
@@ -82,10 +82,7 @@ class Model(_Closes):
         if not self.path.exists():
             raise ModelFileNotFound(errno.ENOENT, f"no model file at {self.path}", str(self.path))
         self.config = {"model": str(self.path), **config}
-        handle = lib().el_open(encode(self.config))
-        if handle == ffi.NULL:
-            raise open_error(json.loads(c_bytes(lib().el_last_error()).decode())["error"])
-        self._handle: Any = handle
+        self._handle: Handle | None = Handle(self.config)
         self._calls: weakref.WeakSet[Call] = weakref.WeakSet()  # streams in flight, stopped by close()
 
     # -- lifecycle ---------------------------------------------------------
@@ -96,13 +93,18 @@ class Model(_Closes):
             call.stop()  # a stream waiting for its reader would otherwise keep el_close waiting
         handle, self._handle = getattr(self, "_handle", None), None
         if handle is not None:
-            lib().el_close(handle)
+            handle.close()
 
     @property
     def handle(self) -> Any:
-        if self._handle is None:
+        """The ``el_handle *`` (a cffi pointer), for calling ``el_*`` functions directly."""
+        return self._open().ptr
+
+    def _open(self) -> Handle:
+        handle = self._handle
+        if handle is None:
             raise ClosedModel("the model is closed")
-        return self._handle
+        return handle
 
     # -- calls -------------------------------------------------------------
 
@@ -128,26 +130,23 @@ class Model(_Closes):
         options, parse = structured.prepare(options)
         args, request_id = self._args(messages, tools, options)
         if threading.current_thread() is not threading.main_thread():
-            return structured.attach(_generate_here(args, on_delta), parse)
+            return structured.attach(_generate_here(self._open(), args, on_delta), parse)
         # where Ctrl-C arrives: it must reach the call within a token
         if _sigint.usable():
-            with _sigint.watching(self.handle, request_id.encode()) as watched:
+            with _sigint.watching(self._open(), request_id) as watched:
                 if watched:
-                    return structured.attach(_generate_here(args, on_delta), parse)
-        return structured.attach(run_in_worker(self.handle, args, request_id, on_delta), parse)
+                    return structured.attach(_generate_here(self._open(), args, on_delta), parse)
+        return structured.attach(run_in_worker(self._open(), args, request_id, on_delta), parse)
 
-    def _args(
-        self, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]
-    ) -> tuple[tuple[Any, ...], str]:
+    def _args(self, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]) -> tuple[Args, str]:
         """The C arguments, and the call's ``request_id`` (the caller's, or a fresh one) by
         which this call alone can be stopped."""
         options = habits.generate_options(options)
         request_id = str(options.get("request_id") or uuid.uuid4().hex)
         options = {**options, "request_id": request_id}
         schemas = habits.tool_schemas(tools)
-        tools_json = encode(schemas) if schemas else ffi.NULL
-        args = (self.handle, encode_messages(habits.conversation(messages)), tools_json, encode(options))
-        return args, request_id
+        tools_json = encode(schemas) if schemas else None
+        return (encode_messages(habits.conversation(messages)), tools_json, encode(options)), request_id
 
     def stream(
         self,
@@ -204,29 +203,30 @@ class Model(_Closes):
     def embeddings(self, input: EmbedInput, **options: Any) -> Embeddings:
         """el_embed's whole result: ``data`` (``index``, ``embedding``, ``n_tokens``), ``n_embd``,
         ``pooling``, ``n_tokens``, ``ms_total``. Options: ``normalize``, ``truncate``, ``timeout_ms``."""
-        return cast(Embeddings, take_json(lib().el_embed(self.handle, encode(input), encode(options))))
+        return self._open().embed(encode(input), encode(options))
 
-    def cancel(self) -> None:
-        """Stop every call in progress on this model (from another thread)."""
-        lib().el_cancel(self.handle)
+    def cancel(self, request_id: str | None = None) -> None:
+        """Stop every call in progress on this model (from another thread), or only the calls
+        whose options named ``request_id`` (and one that begins with it later)."""
+        if request_id is None:
+            self._open().cancel()
+        else:
+            self._open().cancel_request(request_id)
 
     def reset(self) -> None:
         """Drop every cached token and checkpoint, in memory and in the disk tier's files of this
-        model and settings. ``ClosedModel`` if the handle is closed or dead."""
-        _checked(lib().el_reset(self.handle), "reset")
+        model and settings. ``ClosedModel`` if the handle is closed, ``DeviceLost`` if it is dead."""
+        self._open().reset()
 
     def forget(self, session: str | None = None, *, scope: str | None = None) -> None:
         """Drop what is cached for one session (see the ``session`` option; ``""``: calls that
         name none) of the default scope, or of ``scope``; a whole ``scope`` when ``session`` is
         None. ``forget()`` alone drops nothing (``reset()`` drops everything)."""
-        if scope is not None:
-            rc = lib().el_forget_scope(self.handle, scope.encode(), ffi.NULL if session is None else session.encode())
-            _checked(rc, "forget")
-        elif session is not None:
-            _checked(lib().el_forget(self.handle, session.encode()), "forget")
+        if scope is not None or session is not None:
+            self._open().forget(session, scope)
 
     def stats(self) -> dict[str, Any]:
-        return take_json(lib().el_stats(self.handle))
+        return self._open().stats()
 
     # -- asyncio (pyshim.aio) ------------------------------------------------
 
@@ -261,7 +261,7 @@ class Stream(_Closes):
         options, self._parse = structured.prepare(options)
         # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
         args, request_id = model._args(messages, tools, options)
-        self._call = Call(model.handle, args, streaming=True, request_id=request_id)
+        self._call = Call(model._open(), args, streaming=True, request_id=request_id)
 
     def __iter__(self) -> Iterator[Delta]:
         try:
@@ -280,19 +280,13 @@ class Stream(_Closes):
             structured.attach(self.result, self._parse)
 
 
-def _checked(rc: int, what: str) -> None:
-    """el_reset and el_forget answer -1 only for a closed or dead handle (el_shim.h)."""
-    if rc != 0:
-        raise ClosedModel(f"{what}: the model is closed, or its handle failed")
-
-
-def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | None) -> Result:
+def _generate_here(handle: Handle, args: Args, on_delta: Callable[[Delta], object] | None) -> Result:
     """A call on this thread, with ``on_delta`` (if any) called from the C callback. An exception
     in it stops the call and is raised once the call returned; so is a ``KeyboardInterrupt``
     that lands in the callback before its ``try`` (cffi hands it to ``onerror``, which would
     otherwise print it and go on)."""
     if on_delta is None:
-        return take_result(lib().el_generate(*args))
+        return handle.generate(*args)
     failure: list[BaseException] = []
 
     def trampoline(delta_json: Any, _user: Any) -> int:
@@ -310,7 +304,7 @@ def _generate_here(args: tuple[Any, ...], on_delta: Callable[[Delta], object] | 
 
     # types-cffi types onerror as returning None; cffi returns what it returns from the callback.
     callback = ffi.callback("el_stream_cb", trampoline, onerror=onerror)  # type: ignore[arg-type]
-    result = take_result(lib().el_generate_stream(*args, callback, ffi.NULL))
+    result = handle.generate(*args, callback)
     if failure:
         raise failure[0]
     return result

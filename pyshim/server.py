@@ -41,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
 from .door_limits import PerClientLimit, bounded_protocol
-from .errors import ContextFull, InvalidRequest
+from .errors import ClosedModel, ContextFull, DeviceLost, InvalidRequest, TimedOut
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
 from .openai_api import ApiError, ChatRequest, Completion, error_body, key_scope, parse_request
@@ -183,6 +183,10 @@ def _error(exc: BaseException) -> ApiError:
         return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
     if isinstance(exc, InvalidRequest):
         return ApiError(400, str(exc))  # the library's message, verbatim
+    if isinstance(exc, (ClosedModel, DeviceLost)):  # the model cannot answer until it is reopened
+        return ApiError(503, f"the model is unavailable: {exc}", code="model_unavailable")
+    if isinstance(exc, TimedOut):
+        return ApiError(504, str(exc), code="timeout")
     log.exception("request failed", exc_info=exc)
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
 

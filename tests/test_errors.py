@@ -10,6 +10,7 @@ from conftest import GEMMA, QWEN, SMOL, WEATHER_TOOL, user
 
 import pyshim
 from pyshim._lib import ffi, lib, take_json
+from pyshim.errors import Code
 
 BAD_CALLS = [
     # (messages JSON, tools JSON, options JSON, expected words in the error)
@@ -59,7 +60,8 @@ def _still_works(m: pyshim.Model) -> None:
 @pytest.mark.parametrize(("messages", "tools", "options", "words"), BAD_CALLS)
 def test_bad_request_is_an_error_and_the_handle_survives(smol, messages, tools, options, words) -> None:
     r = _raw(smol, messages, tools, options)
-    assert set(r) == {"error"}, r
+    assert set(r) == {"error", "code"}, r
+    assert r["code"] == (Code.UNKNOWN_KEY if "unknown options key" in words else Code.INVALID), r
     assert words.lower() in r["error"].lower(), r["error"]
     _still_works(smol)
 
@@ -111,21 +113,21 @@ def test_python_errors_are_shim_errors(smol) -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "words"),
+    ("config", "words", "code"),
     [
-        ('{"model": "/nonexistent/model.gguf"}', "not found"),
-        ("{not json", "not valid JSON"),
-        ("[]", "object"),
-        ("{}", "model"),
-        ('{"model": "x.gguf", "n_ctx": "big"}', "n_ctx"),
-        ('{"model": "x.gguf", "frobnicate": 1}', "unknown config key"),
-        ('{"model": "x.gguf", "flash_attn": "fast"}', "flash_attn"),
+        ('{"model": "/nonexistent/model.gguf"}', "not found", Code.NOT_FOUND),
+        ("{not json", "not valid JSON", Code.INVALID),
+        ("[]", "object", Code.INVALID),
+        ("{}", "model", Code.INVALID),
+        ('{"model": "x.gguf", "n_ctx": "big"}', "n_ctx", Code.INVALID),
+        ('{"model": "x.gguf", "frobnicate": 1}', "unknown config key", Code.UNKNOWN_KEY),
+        ('{"model": "x.gguf", "flash_attn": "fast"}', "flash_attn", Code.INVALID),
     ],
 )
-def test_el_open_failure_has_a_readable_message(config: str, words: str) -> None:
+def test_el_open_failure_has_a_readable_message(config: str, words: str, code: Code) -> None:
     assert lib().el_open(config.encode()) == ffi.NULL
-    err = json.loads(ffi.string(lib().el_last_error()).decode())["error"]
-    assert words.lower() in err.lower(), err
+    err = json.loads(ffi.string(lib().el_last_error()).decode())
+    assert words.lower() in err["error"].lower() and err["code"] == code, err
 
 
 def test_not_a_gguf_file(tmp_path: Path) -> None:

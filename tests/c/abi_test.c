@@ -29,6 +29,13 @@ static const char *LONG = "[{\"role\": \"user\", \"content\": \"Tell me a very l
 
 static int is_error(const char *json) { return strncmp(json, "{\"error\"", 8) == 0; }
 
+/* Whether an error object carries this el_code. */
+static int has_code(const char *json, el_code code) {
+    char want[32];
+    snprintf(want, sizeof want, "\"code\":%d}", (int) code);
+    return strstr(json, want) != NULL;
+}
+
 /* Generates, checks the result is (or is not) an error, frees it. */
 static void expect(el_handle *h, const char *msgs, const char *tools, const char *opts, int want_error,
                    const char *what) {
@@ -156,10 +163,14 @@ int main(int argc, char **argv) {
               el_build_info() == el_build_info(),
           "build info");
 
-    /* el_open failures carry a message */
+    /* el_open failures carry a message and the class of failure (el_code, 1.13) */
     CHECK(el_open("{\"model\": \"/no/such.gguf\"}") == NULL, "open missing file");
     CHECK(strstr(el_last_error(), "not found") != NULL, "missing-file message");
+    CHECK(has_code(el_last_error(), EL_E_NOT_FOUND), "missing-file code");
     CHECK(el_open("{oops") == NULL && strstr(el_last_error(), "JSON") != NULL, "open bad JSON");
+    CHECK(has_code(el_last_error(), EL_E_INVALID), "bad JSON code");
+    CHECK(el_open("{\"model\": \"x.gguf\", \"n_ctz\": 1}") == NULL && has_code(el_last_error(), EL_E_UNKNOWN_KEY),
+          "unknown key code");
     CHECK(el_open(NULL) == NULL, "open NULL");
 
     el_handle *h = el_open(config);
@@ -237,10 +248,12 @@ int main(int argc, char **argv) {
 
     /* misuse of handles */
     CHECK(el_close(h) == 0, "close");
-    CHECK(el_close(h) == -1, "close twice");
+    CHECK(el_close(h) == -1 && has_code(el_last_error(), EL_E_CLOSED), "close twice");
     expect(h, HI, NULL, NULL, 1, "use after close");
     expect(NULL, HI, NULL, NULL, 1, "NULL handle");
     CHECK(el_cancel(NULL) == -1 && el_reset(NULL) == -1, "cancel/reset NULL");
+    CHECK(has_code(el_last_error(), EL_E_CLOSED), "reset NULL code");
+    CHECK(el_forget_scope(NULL, NULL, NULL) == -1 && has_code(el_last_error(), EL_E_INVALID), "forget NULL scope code");
     r = el_embed(h, "\"x\"", NULL);
     CHECK(is_error(r) && strstr(r, "closed") != NULL, "embed after close");
     el_free(r);
