@@ -6,10 +6,12 @@
 //      turning it into {"error": ..., "code": ...} (error.h says how each is classed);
 //      calls on one handle run at once (the engine's scheduler orders their
 //      evaluations); nothing below worries about the ABI;
-//   2. request.cpp validates the JSON (json_args.cpp) and renders the prompt with the
-//      model's own chat template (llama.cpp's common/chat), tokenizes only what is new
-//      in it (token_cache.cpp) and chooses the grammar (tool_grammar.cpp: forced calls,
-//      and bare-JSON calls constrained once begun);
+//   2. request.cpp turns the JSON into a runnable request: request_options.cpp reads and
+//      checks the arguments (json_args.cpp; test_hooks.cpp the "_test" option, compiled
+//      only with EL_TEST_HOOKS), rendering.cpp renders the prompt with the model's own
+//      chat template (llama.cpp's common/chat) and tokenizes only what is new in it
+//      (token_cache.cpp), grammar_choice.cpp chooses the grammar (tool_grammar.cpp: forced
+//      calls, and bare-JSON calls constrained once begun);
 //   3. slots.cpp picks the conversation slot, and prompt_cache.cpp reuses the longest
 //      prefix of the prompt that the KV cache really holds, trimming or restoring a
 //      checkpoint;
@@ -24,7 +26,8 @@
 //      (common/chat), recovers a tool call written as bare JSON (tool_recovery.cpp),
 //      sets aside calls whose arguments fail their schema (schema_check.cpp), and
 //      writes the result JSON.
-// opening.cpp loads the model and creates its context; config.cpp parses el_open's
+// opening.cpp loads the model and creates its context, stats.cpp reports on it, embed_call.cpp
+// serves el_embed with embedding.cpp's context; config.cpp parses el_open's
 // settings; timing.h is the clock every ms_* figure is read from; backend.cpp owns
 // llama.cpp's process-wide initialisation and log; rpc.cpp joins remote devices
 // (llama.cpp's rpc-server) to a model.

@@ -9,7 +9,6 @@
 
 #include "embedding.h"
 
-#include "engine.h"
 
 #include "backend.h"
 #include "common.h"
@@ -243,28 +242,6 @@ json Embedder::embed(const char * input_json, const char * options_json, const s
     return json{{"data", std::move(data)},      {"n_embd", llama_model_n_embd(model_)}, {"pooling", pooling_},
                 {"normalized", normalize},      {"n_tokens", n_tokens},                {"ms_total", ms},
                 {"abi_version", EL_ABI_VERSION}};
-}
-
-std::string Engine::embed(const char * input_json, const char * options_json, uint64_t epoch) {
-    if (dead_.load()) {
-        std::lock_guard<std::mutex> lock(mu);
-        return error_json(EL_E_DEVICE, dead_reason_);
-    }
-    if (rpc_.active()) {
-        // A lost server is watched per generation call (rpc.h); an embedding evaluation
-        // would run unwatched, so it is refused rather than left to hang.
-        fail("el_embed is not served on a handle with \"rpc\" devices");
-    }
-    Embedder * embedder = nullptr;
-    {
-        std::lock_guard<std::mutex> lock(embedder_mu_);
-        if (!embedder_) {
-            embedder_ = std::make_unique<Embedder>(model_, cfg_);
-        }
-        embedder = embedder_.get();
-    }
-    const auto cancelled = [&] { return closing.load() || dead_.load() || cancel_epoch.load() != epoch; };
-    return dump(embedder->embed(input_json, options_json, cancelled));
 }
 
 }  // namespace el

@@ -163,7 +163,9 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
                          *tokens_, messages_, message_values_};
     RequestCaches   caches(view);  // kept only if the request gets this far: see the end
     p.req = parse_request(view, messages_json, tools_json, options_json);
+#ifdef EL_TEST_HOOKS
     p.call.device_lost = p.req.device_lost;
+#endif
     p.call.request_id  = p.req.request_id;
 #ifdef EL_TEST_HOOKS
     if (p.req.leak_bytes > 0) {

@@ -22,6 +22,7 @@
 #include "sampling.h"
 #include "scheduler.h"
 #include "slots.h"
+#include "test_hooks.h"
 #include "timing.h"
 #include "token_cache.h"
 
@@ -94,14 +95,12 @@ class Engine {
 
   private:
     // What one call owns while it runs: its stop conditions and its slot.
-    struct Call {
+    struct Call : CallHooks {
         std::atomic<bool> cancelled{false};   // by el_cancel_request
         std::string   request_id;             // set once, under calls_mu_
         uint64_t      epoch       = 0;
         int64_t       deadline_ns = 0;        // steady clock; 0: none
         PromptCache * cache       = nullptr;  // its slot's cache, once routed
-        size_t        pos_shift   = 0;        // test hook: its tokens' positions run late
-        bool          device_lost = false;    // test hook: llama_decode reports a fatal backend error
     };
     // A decoding call's place in a step (scheduler.h), and which call it is.
     struct Decoding : Scheduler::Participant {

@@ -17,6 +17,7 @@
 #include "token_cache.h"
 
 #include "json_args.h"
+#include "test_hooks.h"
 
 #include <map>
 #include <set>
@@ -37,18 +38,8 @@ constexpr size_t kMaxScope     = 256;  // bytes of the "scope" option
 constexpr size_t kMaxStops      = 16;
 constexpr size_t kMaxStopLength = 1024;
 
-// Test hook: one realistic fault planted in the reused prefix, so that the reuse oracle
-// can show it sees a single wrong token (tests/oracle.py).
-enum class Corruption {
-    None,
-    Stale,      // the token at `at` is another token of the prompt
-    Missing,    // the token at `at` is left out
-    Duplicate,  // the token at `at` is there twice
-    Other,      // the slot holds the conversation that was there before, not this one
-    Shift,      // the tokens from `at` on sit one position later than they should
-};
-
-struct Request {
+// A request ready to run; the test hooks it asked for (none in a release build) are its base.
+struct Request : TestHooks {
     common_chat_params           chat;           // rendered prompt, parser, tool grammar
     common_chat_parser_params    parser;
     common_params_sampling       sampling;
@@ -85,24 +76,6 @@ struct Request {
     size_t                       n_render_reused = 0;     // template loop iterations taken from earlier renders
     size_t                       n_messages_reused = 0;   // messages read from the handle's cache
     TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent
-    // test hooks (options key "_test", compiled with EL_TEST_HOOKS)
-    UnsafeReuse                  unsafe_reuse       = UnsafeReuse::None;
-    bool                         fail_after_prefill = false;
-    bool                         device_lost        = false;  // llama_decode reports a fatal backend error
-    bool                         sampler_chain      = false;  // no greedy fast path: the full chain samples
-    bool                         has_canned_output  = false;  // parse this text instead of sampling
-    std::string                  canned_output;
-    Corruption                   corrupt    = Corruption::None;
-    int64_t                      corrupt_at = -1;  // index in the reused prefix; < 0 counts from its end
-    std::vector<llama_token>     forced;           // decode these tokens first instead of sampling
-    bool                         forced_only = false;  // and then end as if the model ended ("force_output")
-    int32_t                      probe      = 0;   // > 0: copy up to this many prompt tokens instead of decoding
-    int64_t                      leak_bytes = 0;   // keep this much memory until exit (shows the soak can fail)
-    bool                         check_tokens = false;       // also tokenize from scratch; fail if they differ
-    bool                         prepare_only = false;       // return after preparing, before a slot is picked
-    bool                         tokens_ignore_edits = false;  // a token cache that ignores edits (must be caught)
-    bool                         check_messages = false;       // also read the messages whole; fail if they differ
-    bool                         render_history = false;       // place the checkpoint by rendering the history
 };
 
 // What parsing a request needs to know about the open model.

@@ -120,9 +120,11 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
             out["logprobs"]["end"] = r.logprobs_end;
         }
     }
+#ifdef EL_TEST_HOOKS
     if (!r.probe.is_null()) {
         out["_test_probe"] = r.probe;
     }
+#endif
     return out;
 }
 

@@ -1,10 +1,8 @@
-// speculation.cpp -- the "speculative" setting, drafting, and the engine's check of a draft.
-// See speculation.h.
+// speculation.cpp -- the "speculative" setting and drafting; see speculation.h (token_choice.cpp
+// checks a draft with the call's own choice).
 
 #include "speculation.h"
 
-#include "engine.h"
-#include "engine_call.h"
 #include "ngram-map.h"
 
 #include <algorithm>
@@ -68,34 +66,6 @@ void DraftPace::record(size_t drafted, size_t accepted) {
     }
     pause = std::min<size_t>(32, size_t(1) << std::min<size_t>(misses, 5));
     misses++;
-}
-
-// Whether this call may be offered drafts (the invariant's conditions, in speculation.h).
-bool Engine::may_speculate(const Prepared & p) const {
-    return p.req.speculation.on() && p.call.cache->trimmable() && p.req.sampling.temp <= 0 &&
-           p.req.top_logprobs < 0 && p.req.forced.empty() && !p.answer_sampler;
-}
-
-// After a step evaluated the call's token and its draft (rows row .. row + draft.size()):
-// choose the next token at each row in order, as without a draft; while it is the drafted
-// token, that token is accepted (queued for the decode loop to turn into text) and the next
-// row is read. The rest of the draft leaves the cache and the mirror here, under the mutex.
-void Engine::check_draft(Prepared & p, const std::vector<llama_token> & draft, int32_t row) {
-    size_t k = 0;
-    for (;; k++) {
-        choose_next(p, row + (int32_t) k);
-        if (k == draft.size() || !p.have_next || p.next != draft[k]) {
-            break;
-        }
-        p.accepted.push_back({p.next, p.next_argmax});
-    }
-    p.rep.n_accepted += k;
-    p.pace.record(draft.size(), k);
-    if (const size_t rejected = draft.size() - k; rejected > 0) {
-        if (!p.call.cache->drop_last(rejected)) {
-            throw std::runtime_error("could not remove a rejected draft from the cache");
-        }
-    }
 }
 
 }  // namespace el

@@ -1,6 +1,6 @@
 // token_choice.cpp -- the token that follows an evaluation, for one call: a forced one
 // (test hooks), the argmax (the greedy fast path), or the sampler's choice; and its
-// logprobs. See engine.h.
+// logprobs; and the check of a speculative draft by that same choice. See engine.h.
 //
 // Invariant: a token is chosen from the logits row of the call's own last evaluation,
 // under the handle's mutex, before any later batch can overwrite that row; greedy choice
@@ -10,6 +10,7 @@
 #include "engine_call.h"
 
 #include "common.h"
+#include "speculation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -151,6 +152,34 @@ void Engine::choose_next(Prepared & p, int32_t row) {
     p.next_argmax = argmax;
     if (req.top_logprobs >= 0) {
         p.next_logprob = logprob_entry(llama_get_logits_ith(ctx_, row), tok, req.top_logprobs);
+    }
+}
+
+// Whether this call may be offered drafts (the invariant's conditions, in speculation.h).
+bool Engine::may_speculate(const Prepared & p) const {
+    return p.req.speculation.on() && p.call.cache->trimmable() && p.req.sampling.temp <= 0 &&
+           p.req.top_logprobs < 0 && p.req.forced.empty() && !p.answer_sampler;
+}
+
+// After a step evaluated the call's token and its draft (rows row .. row + draft.size()):
+// choose the next token at each row in order, as without a draft; while it is the drafted
+// token, that token is accepted (queued for the decode loop to turn into text) and the next
+// row is read. The rest of the draft leaves the cache and the mirror here, under the mutex.
+void Engine::check_draft(Prepared & p, const std::vector<llama_token> & draft, int32_t row) {
+    size_t k = 0;
+    for (;; k++) {
+        choose_next(p, row + (int32_t) k);
+        if (k == draft.size() || !p.have_next || p.next != draft[k]) {
+            break;
+        }
+        p.accepted.push_back({p.next, p.next_argmax});
+    }
+    p.rep.n_accepted += k;
+    p.pace.record(draft.size(), k);
+    if (const size_t rejected = draft.size() - k; rejected > 0) {
+        if (!p.call.cache->drop_last(rejected)) {
+            throw std::runtime_error("could not remove a rejected draft from the cache");
+        }
     }
 }
 

@@ -71,15 +71,3 @@ __all__ = [
     "models",
     "version",
 ]
-
-# The one name an annotation uses across modules that import each other (``Model.astream`` returns
-# ``aio.AsyncStream``; aio imports model): bound here, once both are loaded, so that
-# typing.get_type_hints reads every public signature (tests/test_api_habits.py). Every other shape
-# lives in ``pyshim.shapes``, which imports nothing of the package.
-from . import aio as _aio
-from . import model as _model
-
-# By setattr: a type checker sees the name as bound already (imported under TYPE_CHECKING) and refuses the assignment.
-for _module, _name, _value in ((_model, "AsyncStream", _aio.AsyncStream),):
-    setattr(_module, _name, _value)
-del _module, _name, _value

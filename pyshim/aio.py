@@ -20,10 +20,32 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ClosedModel, ShimError
-from .model import Delta, Embeddings, EmbedInput, Message, Model, Result, ToolSpec
+from .shapes import Delta, Embeddings, EmbedInput, Message, Result, ToolSpec
+
+
+class ModelLike(Protocol):
+    """What asyncio needs of a model (``pyshim.Model`` is one): its settings, its blocking calls
+    (run on the gate's threads) and cancel. A protocol, so that this module imports no model and
+    ``pyshim.model`` can import it."""
+
+    config: dict[str, Any]
+
+    def generate(
+        self,
+        messages: str | Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        *,
+        on_delta: Callable[[Delta], object] | None = None,
+        **options: Any,
+    ) -> Result: ...
+
+    def embeddings(self, input: EmbedInput, **options: Any) -> Embeddings: ...
+
+    def cancel(self, request_id: str | None = None) -> None: ...
+
 
 __all__ = ["AsyncStream", "Call", "Gate", "Overloaded", "aembed", "agenerate", "astream", "gate"]
 
@@ -61,7 +83,7 @@ class Gate:
     unbounded); ``enter`` raises ``Overloaded`` when it is reached.
     """
 
-    def __init__(self, model: Model, max_waiting: int | None = None) -> None:
+    def __init__(self, model: ModelLike, max_waiting: int | None = None) -> None:
         self._model = weakref.ref(model)
         self.max_waiting = max_waiting
         self.capacity = max(1, int(model.config.get("n_seq", 1)))
@@ -142,11 +164,11 @@ def _grant(turn: asyncio.Future[None]) -> None:
         turn.set_result(None)
 
 
-_gates: weakref.WeakKeyDictionary[Model, Gate] = weakref.WeakKeyDictionary()
+_gates: weakref.WeakKeyDictionary[ModelLike, Gate] = weakref.WeakKeyDictionary()
 _gates_lock = threading.Lock()
 
 
-def gate(model: Model) -> Gate:
+def gate(model: ModelLike) -> Gate:
     """The gate of ``model`` (one per model, created on first use)."""
     with _gates_lock:
         g = _gates.get(model)
@@ -156,7 +178,7 @@ def gate(model: Model) -> Gate:
 
 
 async def agenerate(
-    model: Model,
+    model: ModelLike,
     messages: str | Sequence[Message],
     tools: Sequence[ToolSpec] | None = None,
     *,
@@ -207,7 +229,7 @@ async def agenerate(
         raise
 
 
-async def aembed(model: Model, input: EmbedInput, **options: Any) -> Embeddings:
+async def aembed(model: ModelLike, input: EmbedInput, **options: Any) -> Embeddings:
     """``Model.embeddings`` as a coroutine, on the model's embedding thread; at most the gate's
     ``max_waiting`` calls wait behind the one running (``Overloaded`` beyond). Cancelling the
     awaiting task does not stop an embed call already running: it finishes (within its
@@ -232,7 +254,9 @@ class AsyncStream:
 
     _END = object()
 
-    def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
+    def __init__(
+        self, model: ModelLike, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]
+    ) -> None:
         self.result: Result | None = None
         self._args = (model, messages, tools, options)
         self._stopping = False  # the reader stopped it: the next delta ends the call
@@ -311,7 +335,7 @@ class AsyncStream:
 
 
 def astream(
-    model: Model, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+    model: ModelLike, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
 ) -> AsyncStream:
     """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
     return AsyncStream(model, messages, tools, options)

@@ -9,20 +9,16 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _sigint, habits, models, structured
+from . import _sigint, aio, habits, models, structured
 from ._call import DONE, Args, Call, run_in_worker
 from ._lib import encode, encode_messages, ffi, read_json
 from .errors import ClosedModel, ModelFileNotFound
 from .handle import Handle
-
-if TYPE_CHECKING:
-    from .aio import AsyncStream
-
 from .shapes import Delta, Embedding, Embeddings, EmbedInput, Message, Result, ToolSpec
 
 __all__ = ["Delta", "EmbedInput", "Embedding", "Embeddings", "Model", "Result", "Stream", "default_model", "generate"]
@@ -234,17 +230,13 @@ class Model(_Closes):
         self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
     ) -> Result:
         """``generate`` as a coroutine; cancelling the awaiting task cancels the generation."""
-        from .aio import agenerate
-
-        return await agenerate(self, messages, tools, **options)
+        return await aio.agenerate(self, messages, tools, **options)
 
     def astream(
         self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
-    ) -> AsyncStream:
+    ) -> aio.AsyncStream:
         """``async for delta in model.astream(...)``; the final result is ``.result`` afterwards."""
-        from .aio import astream
-
-        return astream(self, messages, tools, **options)
+        return aio.astream(self, messages, tools, **options)
 
 
 class Stream(_Closes):

@@ -53,3 +53,31 @@ def test_pip_wheel_builds_with_empty_caches(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("pyshim-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert "pyshim/lib/libel_shim.so" in z.namelist()
+        library = z.read("pyshim/lib/libel_shim.so")
+    # the release library carries no test hook: no hook's name or message (native/test_hooks.h) ...
+    assert hook_markers(library) == [], hook_markers(library)
+    assert hook_markers((ROOT / "build" / "libel_shim.so").read_bytes()), "the check finds the hooks of a test build"
+    # ... and refuses the option that would ask for one
+    lib_path = tmp_path / "libel_shim.so"
+    lib_path.write_bytes(library)
+    check = (
+        "import pyshim\n"
+        "with pyshim.Model('smollm2-135m-instruct', n_ctx=256) as m:\n"
+        "    try:\n"
+        "        m.generate('hi', max_tokens=2, _test={'fail_after_prefill': True})\n"
+        "    except pyshim.InvalidRequest as e:\n"
+        "        print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check], env={**os.environ, "PYSHIM_LIB": str(lib_path)}, capture_output=True, text=True
+    )
+    assert "not compiled into this library" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+# What a library built with EL_TEST_HOOKS holds and a release one must not: hook names and messages.
+HOOK_MARKERS = (b"fail_after_prefill", b"leak_bytes", b"messages_by_position", b"tokens_ignore_edits",
+                b"force_output", b"test hook", b"_test_probe", b"check_cached_messages")  # fmt: skip
+
+
+def hook_markers(library: bytes) -> list[bytes]:
+    return [m for m in HOOK_MARKERS if m in library]
