@@ -161,7 +161,7 @@ peers: vendor
 
 # llama-bench from the pinned tree with no patch at all (build-nopatch's own copy): the upstream
 # floors that bench-peers and bench-overhead hold a next turn to, flash attention on and off
-# (bench/systems.py's PEERS_UPSTREAM). The peers above run pyshim's patched engine, so that they
+# (bench/common/systems.py's PEERS_UPSTREAM). The peers above run pyshim's patched engine, so that they
 # and pyshim differ only in what wraps it; these say what plain llama.cpp costs.
 PEERS_UPSTREAM := build-peers-upstream
 peers-upstream: nopatch

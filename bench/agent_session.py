@@ -12,7 +12,6 @@ the cache, prefill time and time to first token.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -20,62 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
-from bench.provenance import args_command, stamp
-from bench.systems import timed_generate
+from bench.common.fixtures import TOOLS, conversation
+from bench.common.provenance import args_command, stamp
+from bench.common.systems import timed_generate
 from pyshim import models
-
-CITIES = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Perth", "Dakar", "Hanoi", "Riga"]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
-
-
-def conversation(turns: int, who: str = "", brief: str = "") -> list[list[dict[str, Any]]]:
-    """The prompt of each turn: the same history, grown by one exchange per turn.
-
-    ``who`` opens the system prompt, so conversations with different ones diverge early;
-    ``brief`` closes it (standing instructions, as agent programs carry).
-    """
-    system = f"{who}You are a weather assistant. Use get_weather, then answer in one sentence.{brief}"
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    prompts = []
-    for i in range(turns):
-        city = CITIES[i % len(CITIES)]
-        call_id = f"call_{i:03d}"
-        messages += [
-            {
-                "role": "user",
-                "content": f"Turn {i + 1}: how is the weather in {city} right now, and should I pack an umbrella?",
-            },
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "content": json.dumps(
-                    {"city": city, "temperature_c": 10 + i, "rain_probability": (i * 37) % 100 / 100}
-                ),
-            },
-        ]
-        prompts.append(list(messages))
-        messages.append({"role": "assistant", "content": f"In {city} it is {10 + i} °C; take an umbrella if you like."})
-    return prompts
 
 
 def replay(model: pyshim.Model, prompts: list[list[dict[str, Any]]], reuse: bool) -> list[dict[str, Any]]:

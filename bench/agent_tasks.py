@@ -35,8 +35,9 @@ import httpx
 import pyshim
 from bench.agent_peers import PEERS, run_peer
 from bench.agent_task_set import SINGLE, TASKS, TOOLS, Call, Single, Task
-from bench.door import server
-from bench.provenance import args_command, commit, stamp
+from bench.common.fixtures import ALL_MODELS
+from bench.common.provenance import args_command, commit, stamp
+from bench.common.systems import door_server
 from pyshim import Agent, AgentResult, models
 from pyshim.tools import as_tool
 
@@ -44,7 +45,7 @@ SYSTEM = (
     "Answer the user's questions. To get facts, call tools. Once you have the tool results, "
     "respond with a short plain-text answer that states the results."
 )
-MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct"]
+MODELS = ALL_MODELS
 MODES = {"loop": {"plan": False}, "plan": {"plan": True}}
 MODE_TITLE = {
     "loop": "the plain loop (`plan=False`)",
@@ -295,7 +296,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         m = stack.enter_context(pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads))
         door = None
         if any(mode in PEERS for mode in args.modes):
-            url = stack.enter_context(server(str(models.path(name))))
+            url = stack.enter_context(door_server(str(models.path(name))))
             door = (url, httpx.get(f"{url}/health").json()["model"])
         multi = {
             mode: [progress(run_task(m, t, mode, door)) for t in tasks] for mode in args.modes if "multi" in args.suite

@@ -48,11 +48,24 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.peers import MODELS, TOOLS, desk_conversations, machine, session, worker
-from bench.provenance import args_command, stamp
-from bench.systems import PEERS, THREADS, LlamaServer, Pyshim, System, Turn, open_system
+from bench.common.fixtures import PEER_MODELS, TOOLS, desk_conversations
+from bench.common.host import machine, worker
+from bench.common.provenance import ROOT, args_command, stamp
+from bench.common.stats import median_spread
+from bench.common.systems import (
+    PEERS,
+    THREADS,
+    LlamaServer,
+    Messages,
+    Pyshim,
+    System,
+    Tools,
+    Turn,
+    open_system,
+    session,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+MODELS = PEER_MODELS
 CANONICAL = ROOT / "docs" / "bench-concurrent.md"
 QUICK_MODEL = "smollm2-135m-instruct"  # the smallest catalogue model
 N_SESSIONS = 4
@@ -110,13 +123,7 @@ class Pinned:
         self.system, self.session = system, session
         self.name, self.info = system.name, system.info
 
-    def turn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int,
-        ignore_eos: bool = False,
-    ) -> Turn:
+    def turn(self, messages: Messages, tools: Tools, max_tokens: int, ignore_eos: bool = False) -> Turn:
         if isinstance(self.system, Pyshim):
             return self.system.turn(messages, tools, max_tokens, ignore_eos, session=self.session)
         return self.system.turn(messages, tools, max_tokens, ignore_eos)
@@ -291,17 +298,6 @@ def find(data: dict[str, Any], model: str, workload: str, mode: str) -> list[dic
     return sorted(rs, key=lambda r: r["rep"])
 
 
-def spread(values: list[float]) -> str:
-    """ "median (min–max)" of a figure over the repetitions."""
-    if not values:
-        return "n/a"
-    med, lo, hi = statistics.median(values), min(values), max(values)
-    counts = all(isinstance(v, int) for v in values) and med == int(med)
-    digits = 0 if counts else 2 if hi < 10 else 1 if hi < 100 else 0
-    text = f"{med:.{digits}f}"
-    return text if len(values) == 1 else f"{text} ({lo:.{digits}f}–{hi:.{digits}f})"
-
-
 def ratios(
     data: dict[str, Any], model: str, workload: str, subject: str, baseline: str
 ) -> dict[str, list[float]] | None:
@@ -344,7 +340,7 @@ def ratio_table(data: dict[str, Any]) -> list[str]:
 
 def column(runs: list[dict[str, Any]], key: str, scale: float = 1) -> str:
     """A figure's spread over the repetitions that have it."""
-    return spread([scale * r[key] for r in runs if r.get(key) is not None])
+    return median_spread([scale * r[key] for r in runs if r.get(key) is not None])
 
 
 def mode_table(data: dict[str, Any]) -> list[str]:
@@ -428,7 +424,7 @@ def floor_table(data: dict[str, Any]) -> list[str]:
             four = n_eval / pp + n_gen / by[max(by)]["speed_tg"]
             measured = ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized")
             server = find(data, m, w, "llama-server-np4")
-            walls = [spread([r["wall_s"] / four for r in rs]) if rs else "n/a" for rs in (runs, server)]
+            walls = [median_spread([r["wall_s"] / four for r in rs]) if rs else "n/a" for rs in (runs, server)]
             out.append(
                 f"| {m} | {w} | {n_eval:.0f} | {n_gen:.0f} | {one:.1f} s | {four:.1f} s | {one / four:.2f}× "
                 f"| {ratio_text(measured['decode_tps']) if measured else 'n/a'} | {walls[0]}× | {walls[1]}× |"
@@ -460,7 +456,7 @@ def depth_table(data: dict[str, Any]) -> list[str]:
             conc, ser = find(data, m, w, "pyshim-concurrent"), find(data, m, w, "pyshim-serialized")
             if not conc or not ser or not conc[0].get("engine"):
                 continue
-            prompt_s = [spread([r["engine"]["ms_prompt_batches"] / 1000 for r in rs]) for rs in (ser, conc)]
+            prompt_s = [median_spread([r["engine"]["ms_prompt_batches"] / 1000 for r in rs]) for rs in (ser, conc)]
             steps = (ratios(data, m, w, "pyshim-concurrent", "pyshim-serialized") or {}).get("step_tps", [])
             out.append(
                 f"| {m} | {w} | {column(ser, 'step_tps')} ({one:.1f}) | {column(conc, 'step_tps')} ({four:.1f}) "

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
-from bench.agent_session import TOOLS
-from bench.peers import llama_bench, machine
-from bench.provenance import args_command, stamp
-from bench.systems import THREADS
+from bench.common.fixtures import PEER_MODELS, TOOLS
+from bench.common.host import llama_bench, machine
+from bench.common.provenance import args_command, stamp
+from bench.common.systems import THREADS
 from pyshim import models
 
-MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"]
+MODELS = PEER_MODELS
 N_OUT = 128
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
 MODES: dict[str, tuple[dict[str, Any], bool]] = {

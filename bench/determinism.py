@@ -15,23 +15,21 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import statistics
 from pathlib import Path
 from typing import Any
 
 import pyshim
-from bench.provenance import args_command, stamp
-from tests.oracle import text
+from bench.common.fixtures import ALL_MODELS, prose
+from bench.common.provenance import args_command, stamp
 
-MODELS = ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct"]
+MODELS = ALL_MODELS
 CONFIG = {"n_ctx": 2048, "temperature": 0}
 MODES = {"off": False, "on": True}
 
 
 def prompt_of(n_words: int) -> list[dict[str, str]]:
-    rng = random.Random("bench-determinism")
-    return [{"role": "user", "content": "Summarise: " + text(rng, n_words)}]
+    return [{"role": "user", "content": "Summarise: " + prose("bench-determinism", n_words)}]
 
 
 def rates(m: pyshim.Model, long: list[Any], short: list[Any]) -> tuple[float, float]:

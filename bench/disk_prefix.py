@@ -23,9 +23,9 @@ import tempfile
 import time
 from typing import Any
 
-from bench.provenance import ROOT, publish
-from bench.shared_prefix import MAX_TOKENS, N_CTX, system_prompt, tools
-from bench.systems import PEERS, THREADS, LlamaServer
+from bench.common.fixtures import SUPPORT_MAX_TOKENS, SUPPORT_N_CTX, support_prompt, support_tools
+from bench.common.provenance import ROOT, publish
+from bench.common.systems import PEERS, THREADS, LlamaServer
 from pyshim import models
 
 QUESTIONS = [
@@ -39,7 +39,7 @@ QUESTIONS = [
 
 def script() -> list[list[dict[str, Any]]]:
     """The messages of each of the five turns."""
-    conv: list[dict[str, Any]] = [{"role": "system", "content": system_prompt()}]
+    conv: list[dict[str, Any]] = [{"role": "system", "content": support_prompt()}]
     turns = []
     for q in QUESTIONS:
         conv = [*conv, {"role": "user", "content": q}]
@@ -53,7 +53,7 @@ def child(model: str, cache_dir: str) -> None:
     import pyshim
 
     t0 = time.perf_counter()
-    m = pyshim.Model(model, n_ctx=N_CTX, n_threads=THREADS, temperature=0, cache_dir=cache_dir)
+    m = pyshim.Model(model, n_ctx=SUPPORT_N_CTX, n_threads=THREADS, temperature=0, cache_dir=cache_dir)
     loaded = time.perf_counter() - t0
     first: list[float] = []
 
@@ -64,7 +64,8 @@ def child(model: str, cache_dir: str) -> None:
     results = []
     t1 = time.perf_counter()
     for i, messages in enumerate(script()):
-        results.append(m.generate(messages, tools(), max_tokens=MAX_TOKENS, on_delta=on_delta if i == 0 else None))
+        delta = on_delta if i == 0 else None
+        results.append(m.generate(messages, support_tools(), max_tokens=SUPPORT_MAX_TOKENS, on_delta=delta))
     wall = time.perf_counter() - t1
     t2 = time.perf_counter()
     m.close()
@@ -95,11 +96,11 @@ def probe(model: str) -> dict[str, float]:
         "import sys, time, json, pyshim\n"
         "from bench.disk_prefix import script, tools\n"
         "m = pyshim.Model(sys.argv[1], n_ctx=int(sys.argv[3]), temperature=0, cache_dir=sys.argv[2])\n"
-        "t0 = time.perf_counter(); m.generate(script()[0], tools(), max_tokens=1)\n"
+        "t0 = time.perf_counter(); m.generate(script()[0], support_tools(), max_tokens=1)\n"
         "print(json.dumps(time.perf_counter() - t0)); m.close()\n"
     )
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-c", code, model, d, str(N_CTX)]
+        cmd = [sys.executable, "-c", code, model, d, str(SUPPORT_N_CTX)]
         cold, warm = (
             float(subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout) for _ in range(2)
         )
@@ -112,10 +113,10 @@ def run_llama_server(model: str) -> list[dict[str, Any]] | None:
     runs = []
     for _ in range(2):  # a restart between: what it cached is gone
         t0 = time.perf_counter()
-        server = LlamaServer(models.path(model), n_ctx=N_CTX)
+        server = LlamaServer(models.path(model), n_ctx=SUPPORT_N_CTX)
         loaded = time.perf_counter() - t0
         try:
-            turns = [server.turn(messages, tools(), MAX_TOKENS) for messages in script()]
+            turns = [server.turn(messages, support_tools(), SUPPORT_MAX_TOKENS) for messages in script()]
         finally:
             server.close()
         runs.append(
@@ -132,8 +133,9 @@ def run_llama_server(model: str) -> list[dict[str, Any]] | None:
 def report(results: dict[str, dict[str, Any]]) -> str:
     out = [
         "# A new process, the same agent: the disk tier\n",
-        f"A 5-turn agent script (a ~1,500-token system prompt and {len(tools())} tools, {MAX_TOKENS} tokens per "
-        f"reply, greedy, {THREADS} threads) run twice, each time in a new process: pyshim with the disk "
+        f"A 5-turn agent script (a ~1,500-token system prompt and {len(support_tools())} tools, "
+        f"{SUPPORT_MAX_TOKENS} tokens per reply, greedy, {THREADS} threads) run twice, each time in a new process: "
+        "pyshim with the disk "
         "tier on an emptied directory (the first run leaves its conversation on disk as it closes), "
         "llama-server stopped and started again between the runs. First delta: from the script's first "
         "request to its first streamed delta (where the reply is a tool call, the delta comes once the "

@@ -19,10 +19,7 @@ import http.client
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -34,41 +31,15 @@ import httpx
 import openai
 
 import pyshim
-from bench.agent_session import TOOLS, conversation
-from bench.provenance import args_command, stamp
-from bench.systems import PEERS, LlamaServer
+from bench.common.fixtures import TOOLS, conversation
+from bench.common.provenance import args_command, stamp
+from bench.common.stats import quartiles
+from bench.common.systems import PEERS, LlamaServer, door_server
 from pyshim import models
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"n_ctx": 8192, "temperature": 0}
 # The bare clients each turn is sent by once more, besides the openai client.
 CLIENTS = {"min": "`http.client` (the server's own cost)", "raw": "httpx"}
-
-
-@contextmanager
-def server(model: str) -> Iterator[str]:
-    """A ``pyshim serve`` process on a free port, killed on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "pyshim", "serve", model, "--port", str(port), "--log-level", "warning"]
-    cmd += ["--n-ctx", str(CONFIG["n_ctx"]), "--temperature", "0"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start ({proc.returncode})")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _model_ms(r: dict[str, Any]) -> float:
@@ -241,7 +212,7 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
     rows = []
     with ExitStack() as stack:
         direct = stack.enter_context(pyshim.Model(model, **CONFIG))
-        url = stack.enter_context(server(model))
+        url = stack.enter_context(door_server(model, CONFIG["n_ctx"]))
         peer_url = stack.enter_context(llama_server(model))
         client = stack.enter_context(openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0))
         bare = stack.enter_context(httpx.Client(timeout=600))
@@ -271,17 +242,12 @@ def run(model: str, turns: int, max_tokens: int) -> list[dict[str, float]]:
     return rows
 
 
-def _spread(xs: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
-    return statistics.median(xs), q[0], q[2]
-
-
 def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     out = {}
     for what in ("wall", "ttft", "outside"):
         direct = [r[f"direct_{what}"] for r in rows]
         door = [r[f"door_{what}"] for r in rows]
-        med, q1, q3 = _spread([b - a for a, b in zip(direct, door, strict=True)])
+        med, q1, q3 = quartiles([b - a for a, b in zip(direct, door, strict=True)])
         out[what] = {
             "direct_ms": statistics.median(direct),
             "door_ms": statistics.median(door),
@@ -294,15 +260,15 @@ def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
             out[what]["server_ms"] = statistics.median(r[f"server_{what}"] for r in rows)
     for what in ("wall", "ttft"):  # like for like: the two servers, by the wall, paired per turn
         if all(f"server_{what}" in r for r in rows):
-            med, q1, q3 = _spread([r[f"door_{what}"] - r[f"server_{what}"] for r in rows])
+            med, q1, q3 = quartiles([r[f"door_{what}"] - r[f"server_{what}"] for r in rows])
             out[what] |= {"vs_server_ms": med, "vs_server_q1": q1, "vs_server_q3": q3}
-    med, q1, q3 = _spread([r["door_min_ttft"] - r["direct_ttft"] for r in rows])
+    med, q1, q3 = quartiles([r["door_min_ttft"] - r["direct_ttft"] for r in rows])
     out["min_ttft"] = {"door_ms": statistics.median(r["door_min_ttft"] for r in rows), "overhead_ms": med}
     out["min_ttft"] |= {"overhead_q1": q1, "overhead_q3": q3}
     if all("server_min_ttft" in r for r in rows):
         out["min_ttft"]["server_ms"] = statistics.median(r["server_min_ttft"] for r in rows)
     for kind in CLIENTS:
-        med, q1, q3 = _spread([r[f"door_{kind}_outside"] - r["direct_outside"] for r in rows])
+        med, q1, q3 = quartiles([r[f"door_{kind}_outside"] - r["direct_outside"] for r in rows])
         out[kind] = {"door_ms": statistics.median(r[f"door_{kind}_outside"] for r in rows), "overhead_ms": med}
         out[kind] |= {"overhead_q1": q1, "overhead_q3": q3}
         if all(r.get(f"door_{kind}_handler") is not None for r in rows):

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pyshim
-from bench.agent_session import TOOLS, conversation
-from bench.door import server
-from bench.provenance import publish
+from bench.common.fixtures import TOOLS, conversation
+from bench.common.provenance import publish
+from bench.common.stats import quartiles
+from bench.common.systems import door_server
 
 MAX_TOKENS = 4  # few: decode time varies by more than the routes differ
 REPEATS = 5
@@ -130,7 +131,7 @@ class Client:
 
 def run(model: str, turns: int) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
     rows, embeds = [], []
-    with server(model) as url, pyshim.Model(model, n_ctx=8192, temperature=0) as here:
+    with door_server(model) as url, pyshim.Model(model, n_ctx=8192, temperature=0) as here:
         client = Client(url)
         for i, messages in enumerate(conversation(turns)):
             row: dict[str, Any] = {"turn": i + 1}
@@ -158,9 +159,9 @@ def run(model: str, turns: int) -> tuple[list[dict[str, Any]], list[dict[str, fl
     return rows, embeds
 
 
-def _spread(xs: list[float]) -> str:
-    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
-    return f"{statistics.median(xs):+.2f} ms [{q[0]:+.2f}, {q[2]:+.2f}]"
+def _iqr(xs: list[float]) -> str:
+    med, q1, q3 = quartiles(xs)
+    return f"{med:+.2f} ms [{q1:+.2f}, {q3:+.2f}]"
 
 
 def markdown(model: str, turns: int, rows: list[dict[str, Any]], embeds: list[dict[str, float]]) -> str:
@@ -182,7 +183,7 @@ def markdown(model: str, turns: int, rows: list[dict[str, Any]], embeds: list[di
     chat = [r["chat"] for r in rows]
     for route in ROUTES:
         walls = [r[route] for r in rows]
-        diff = _spread([w - c for w, c in zip(walls, chat, strict=True)]) if route != "chat" else "—"
+        diff = _iqr([w - c for w, c in zip(walls, chat, strict=True)]) if route != "chat" else "—"
         ratio = statistics.median(walls) / statistics.median(chat)
         own = statistics.median(r[f"{route}_handler"] for r in rows)
         lines.append(f"| `{PATHS[route]}` | {statistics.median(walls):.1f} ms | {diff} | {ratio:.3f} | {own:.2f} ms |")
@@ -198,7 +199,7 @@ def markdown(model: str, turns: int, rows: list[dict[str, Any]], embeds: list[di
         "",
         f"`/v1/embeddings` ({len(EMBED_INPUT)} short inputs, float): {statistics.median(door):.1f} ms per call "
         f"against {statistics.median(direct):.1f} ms for `Model.embeddings` in process, door − in-process "
-        f"{_spread([b - a for a, b in zip(direct, door, strict=True)])} (median [IQR] over {len(embeds)} calls).",
+        f"{_iqr([b - a for a, b in zip(direct, door, strict=True)])} (median [IQR] over {len(embeds)} calls).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -34,11 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.agent_session import TOOLS, conversation
-from bench.peers import p10_p90
-from bench.provenance import publish
+from bench.common.fixtures import TOOLS, conversation
+from bench.common.provenance import ROOT, publish
+from bench.common.stats import median_p10_p90
 
-ROOT = Path(__file__).resolve().parent.parent
 BUILDS = {"patched": ROOT / "build" / "libel_shim.so", "unpatched": ROOT / "build-nopatch" / "libel_shim.so"}
 N_CTX = 20480  # room for --turns 145 (~16k tokens)
 SPLIT = ("ms_prepare", "ms_template", "ms_tokenize", "ms_sampler")
@@ -74,11 +73,6 @@ def run(model: str, lib: Path, turns: int, calls: int) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def spread(values: list[float]) -> str:
-    lo, hi = p10_p90(values)
-    return f"{statistics.median(values):.2f} ({lo:.2f}–{hi:.2f})"
-
-
 def without(name: str) -> Path:
     """The library with every patch but `name` (make build LLAMA_PATCHES=...). make runs every
     time: a build left from an older tree or patch set is brought up to date, not measured."""
@@ -112,7 +106,7 @@ def section(model: str, got: dict[str, dict[str, Any]]) -> list[str]:
     for key in ("wall", *SPLIT):
         samples = {n: [s[key] for s in got[n]["next turn"]] for n in names}
         base = statistics.median(samples[names[0]])
-        cells = [spread(samples[n]) for n in names]
+        cells = [median_p10_p90(samples[n]) for n in names]
         cells += [f"{statistics.median(samples[n]) - base:+.2f}" for n in names[1:]]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     rates = {n: [s["rate"] for s in got[n]["decode"]] for n in names}

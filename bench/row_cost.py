@@ -20,9 +20,9 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.peers import batch_ms, llama_bench, machine
-from bench.provenance import publish
-from bench.systems import PEERS, PEERS_UPSTREAM, THREADS
+from bench.common.host import batch_ms, llama_bench, machine
+from bench.common.provenance import publish
+from bench.common.systems import PEERS, PEERS_UPSTREAM, THREADS
 from pyshim import models
 
 ROWS = [1, 2, 4, 8, 16, 32]

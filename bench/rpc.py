@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pyshim
-from bench.provenance import args_command, stamp
-from bench.systems import THREADS
+from bench.common.provenance import args_command, stamp
+from bench.common.rpc_servers import RpcServer
+from bench.common.stats import median_spread
+from bench.common.systems import THREADS
 from pyshim import models
-from scripts.rpc_servers import RpcServer
 
 FILLER = "The keeper logs every ship that enters the bay, its cargo and the hour it arrived. "
 
@@ -69,10 +70,6 @@ def run(path: Path, servers: list[RpcServer], reps: int, words: int, n_decode: i
     return rows
 
 
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f} ({min(xs):.1f}–{max(xs):.1f})"
-
-
 def kib(xs: list[float]) -> str:
     return f"{statistics.median(xs) / 1024:.1f}"
 
@@ -101,7 +98,8 @@ def markdown(model: str, results: dict[str, dict[str, Any]], args: argparse.Name
             else "– | – | –"
         )
         lines.append(
-            f"| {name} | {spread(r['prefill'])} | {pre:.2f} | {spread(r['decode'])} | {dec:.2f} | {wire_cols} |"
+            f"| {name} | {median_spread(r['prefill'], 1)} | {pre:.2f} | {median_spread(r['decode'], 1)} | {dec:.2f} "
+            f"| {wire_cols} |"
         )
     lines.append(NETWORK_NOTE)
     return "\n".join(lines) + "\n"
@@ -146,7 +144,8 @@ def main() -> None:
             results = {}
             for name, used in (("local only", []), ("one server", servers[:1]), ("two servers", servers)):
                 results[name] = run(path, used, args.reps, args.prompt_words, args.decode)
-                print(name, {k: spread(v) for k, v in results[name].items() if k in ("prefill", "decode")}, flush=True)
+                shown = {k: median_spread(v, 1) for k, v in results[name].items() if k in ("prefill", "decode")}
+                print(name, shown, flush=True)
         finally:
             for s in servers:
                 s.stop()

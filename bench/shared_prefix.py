@@ -29,47 +29,13 @@ import time
 from typing import Any
 
 import pyshim
-from bench.provenance import publish
-from bench.systems import PEERS, THREADS, LlamaServer
+from bench.common.fixtures import SUPPORT_MAX_TOKENS, SUPPORT_N_CTX, TOOL_NAMES, TOPICS, support_prompt, support_tools
+from bench.common.provenance import publish
+from bench.common.systems import PEERS, THREADS, LlamaServer
 from pyshim import models
 
 TURNS = 3
-MAX_TOKENS = 16
 REPS = 3  # runs of pyshim (one scope) and llama-server, alternating: the medians are reported
-N_CTX = 4096  # per slot
-TOPICS = ["billing", "shipping", "returns", "warranty", "accounts", "privacy", "orders", "refunds"]
-TOOL_NAMES = ["lookup_order", "refund_order", "track_parcel", "update_address", "open_ticket", "check_stock"]
-
-
-def system_prompt() -> str:
-    """An agent app's instructions: fixed, ~1,500 tokens with the tools (qwen2.5's template)."""
-    rng = random.Random("shared-prefix")
-    lines = ["You are the support assistant of Northwind Outfitters. Follow every rule below."]
-    for i in range(20):
-        topic, days, amount = rng.choice(TOPICS), rng.randint(2, 60), rng.randint(5, 500)
-        lines.append(
-            f"Rule {i + 1} ({topic}): requests about {topic} older than {days} days or above {amount} dollars "
-            f"go to a human agent; otherwise answer from the tools, briefly and politely."
-        )
-    return "\n".join(lines)
-
-
-def tools() -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": f"{name.replace('_', ' ').capitalize()} for a customer, by order or account id.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"id": {"type": "string", "description": "the order or account id"}},
-                    "required": ["id"],
-                },
-            },
-        }
-        for name in TOOL_NAMES
-    ]
 
 
 def scripts(k: int) -> list[list[str]]:
@@ -85,7 +51,7 @@ def scripts(k: int) -> list[list[str]]:
 
 def prompts(k: int) -> list[tuple[int, list[dict[str, Any]]]]:
     """(conversation, messages) of every turn, in the order they are sent."""
-    system = {"role": "system", "content": system_prompt()}
+    system = {"role": "system", "content": support_prompt()}
     convs: list[list[dict[str, Any]]] = [[system] for _ in range(k)]
     order = []
     for t in range(TURNS):
@@ -100,9 +66,9 @@ def floor(model: str, order: list[tuple[int, list[dict[str, Any]]]]) -> tuple[in
     """(prompt tokens in all, tokens no system can avoid evaluating)."""
     seen: list[list[int]] = []
     total = unique = 0
-    with pyshim.Model(model, n_ctx=N_CTX) as m:
+    with pyshim.Model(model, n_ctx=SUPPORT_N_CTX) as m:
         for _, messages in order:
-            toks = m.generate(messages, tools(), _test={"prepare_only": True})["prepared"]["tokens"]
+            toks = m.generate(messages, support_tools(), _test={"prepare_only": True})["prepared"]["tokens"]
             shared = max((pyshim_lcp(toks, s) for s in seen), default=0)
             total, unique = total + len(toks), unique + len(toks) - shared
             seen.append(toks)
@@ -121,10 +87,10 @@ def pyshim_lcp(a: list[int], b: list[int]) -> int:
 def run_pyshim(model: str, k: int, order: list[tuple[int, list[dict[str, Any]]]], **config: Any) -> dict[str, float]:
     walls: list[float] = []
     evaluated = shared = 0.0
-    with pyshim.Model(model, n_ctx=N_CTX, n_seq=k, n_threads=THREADS, temperature=0, **config) as m:
+    with pyshim.Model(model, n_ctx=SUPPORT_N_CTX, n_seq=k, n_threads=THREADS, temperature=0, **config) as m:
         for c, messages in order:
             t0 = time.perf_counter()
-            r = m.generate(messages, tools(), max_tokens=MAX_TOKENS, session=f"c{c}")
+            r = m.generate(messages, support_tools(), max_tokens=SUPPORT_MAX_TOKENS, session=f"c{c}")
             walls.append(time.perf_counter() - t0)
             evaluated += r["n_prompt"] - r["n_reused"]
             shared += bool(r["shared_prefix"])
@@ -134,12 +100,12 @@ def run_pyshim(model: str, k: int, order: list[tuple[int, list[dict[str, Any]]]]
 def run_llama_server(model: str, k: int, order: list[tuple[int, list[dict[str, Any]]]]) -> dict[str, float] | None:
     if not (PEERS / "llama-server").exists():
         return None
-    server = LlamaServer(models.path(model), n_ctx=N_CTX, n_seq=k)
+    server = LlamaServer(models.path(model), n_ctx=SUPPORT_N_CTX, n_seq=k)
     try:
         walls: list[float] = []
         evaluated = 0.0
         for _, messages in order:
-            turn = server.turn(messages, tools(), MAX_TOKENS)
+            turn = server.turn(messages, support_tools(), SUPPORT_MAX_TOKENS)
             walls.append(turn.total_s)
             evaluated += turn.n_evaluated or 0
         return {"wall_s": sum(walls), "after_first_s": sum(walls[1:]), "evaluated": evaluated}
@@ -151,7 +117,8 @@ def report(results: dict[str, dict[str, Any]], k: int) -> str:
     out = [
         "# Many conversations, one system prompt\n",
         f"{k} conversations sharing one system prompt and {len(TOOL_NAMES)} tools, {TURNS} turns each, "
-        f"round-robin, {MAX_TOKENS} tokens per reply, greedy, {THREADS} threads, {k} slots of {N_CTX} tokens. "
+        f"round-robin, {SUPPORT_MAX_TOKENS} tokens per reply, greedy, {THREADS} threads, "
+        f"{k} slots of {SUPPORT_N_CTX} tokens. "
         "Wall: the sum of every turn's wall time, as the users wait for it. Evaluated: prompt tokens the "
         "system computed (not reused). Floor: tokens no system can avoid (each prompt less its longest "
         "common prefix with an earlier one).\n",

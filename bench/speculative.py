@@ -32,10 +32,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import pyshim
-from bench.agent_session import TOOLS, conversation
-from bench.peers import llama_bench
-from bench.provenance import publish
-from bench.systems import PEERS, LlamaServer
+from bench.common.fixtures import TOOLS, conversation
+from bench.common.host import llama_bench
+from bench.common.provenance import publish
+from bench.common.systems import PEERS, LlamaServer
 from pyshim import models
 
 SPEC = {"type": "ngram-simple", "size_n": 4, "size_m": 16}

@@ -10,18 +10,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from .agent_core import AgentCore, AgentResult, Event, Finish, Generate, Spec
 from .aio import agenerate
 from .errors import InvalidTool, ShimError
 from .model import Delta, Model
+from .shapes import Result
 from .tools import Tool, as_tools, tool_error, tool_output
 
 __all__ = ["Agent", "AgentResult", "Event", "tool_output"]
 
 Runner = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A tool call a driver must run, with its checked arguments; its outcome is the output text."""
+
+    call: dict[str, Any]
+    args: dict[str, Any]
 
 
 def settle(value: Any) -> Any:
@@ -147,29 +157,42 @@ class Agent:
 
         return on_delta
 
-    def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
-        """Run the loop. Ends with an answer, after ``max_steps`` turns, or when the context is full;
-        any other error raises ``AgentError`` whose ``result`` keeps the transcript and the tools that ran."""
-        core = self.core(prompt)
-        on_delta = self._on_delta()
+    def _steps(self, core: AgentCore) -> Generator[Generate | ToolRun, object, AgentResult]:
+        """The run as a generator over the core: it yields each effect a driver must perform (a
+        model turn, a tool call) and is sent its outcome (the result or the ``ShimError`` of the
+        turn, the text of the tool's output). ``run`` and ``arun`` only perform them."""
         while True:
             action = core.next_action()
             self._flush(core)
             if isinstance(action, Finish):
                 return action.result
             if isinstance(action, Generate):
-                try:
-                    stream = on_delta if action.stream else None
-                    result = self.model.generate(action.messages, action.tools, on_delta=stream, **action.options)
-                except ShimError as e:
-                    core.turn_failed(e)
-                    continue
-                core.turn_done(result)
+                outcome = yield action
+                if isinstance(outcome, ShimError):
+                    core.turn_failed(outcome)
+                else:
+                    core.turn_done(cast(Result, outcome))
                 continue
             for call in action.calls:
                 args = core.start_tool(call)
                 self._flush(core)
-                core.tool_done(call, args if isinstance(args, str) else self._call(call, args))
+                core.tool_done(call, args if isinstance(args, str) else str((yield ToolRun(call, args))))
+
+    def run(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
+        """Run the loop. Ends with an answer, after ``max_steps`` turns, or when the context is full;
+        any other error raises ``AgentError`` whose ``result`` keeps the transcript and the tools that ran."""
+        steps, on_delta = self._steps(self.core(prompt)), self._on_delta()
+        outcome: object = None
+        while not isinstance(effect := _advance(steps, outcome), AgentResult):
+            if isinstance(effect, ToolRun):
+                outcome = self._call(effect.call, effect.args)
+                continue
+            try:
+                stream = on_delta if effect.stream else None
+                outcome = self.model.generate(effect.messages, effect.tools, on_delta=stream, **effect.options)
+            except ShimError as e:
+                outcome = e
+        return effect
 
     def _call(self, call: dict[str, Any], args: dict[str, Any]) -> str:
         name = call["function"]["name"]
@@ -181,7 +204,7 @@ class Agent:
     async def arun(self, prompt: str | Sequence[Mapping[str, Any]]) -> AgentResult:
         """``run`` as a coroutine over the same core, with ``pyshim.aio.agenerate``: a plain tool
         runs in a thread, a coroutine tool is awaited; cancelling the task cancels the turn."""
-        core = self.core(prompt)
+        steps = self._steps(self.core(prompt))
         loop = asyncio.get_running_loop()
         on_event = self.on_event
 
@@ -189,26 +212,17 @@ class Agent:
             if on_event is not None and (content := delta.get("content")):
                 loop.call_soon_threadsafe(on_event, {"type": "text", "delta": content})
 
-        while True:
-            action = core.next_action()
-            self._flush(core)
-            if isinstance(action, Finish):
-                return action.result
-            if isinstance(action, Generate):
-                stream = emit_text if action.stream and on_event is not None else None
-                try:
-                    result = await agenerate(
-                        self.model, action.messages, action.tools, on_delta=stream, **action.options
-                    )
-                except ShimError as e:
-                    core.turn_failed(e)
-                    continue
-                core.turn_done(result)
+        outcome: object = None
+        while not isinstance(effect := _advance(steps, outcome), AgentResult):
+            if isinstance(effect, ToolRun):
+                outcome = await self._acall(effect.call, effect.args)
                 continue
-            for call in action.calls:
-                args = core.start_tool(call)
-                self._flush(core)
-                core.tool_done(call, args if isinstance(args, str) else await self._acall(call, args))
+            stream = emit_text if effect.stream and on_event is not None else None
+            try:
+                outcome = await agenerate(self.model, effect.messages, effect.tools, on_delta=stream, **effect.options)
+            except ShimError as e:
+                outcome = e
+        return effect
 
     async def _acall(self, call: dict[str, Any], args: dict[str, Any]) -> str:
         name = call["function"]["name"]
@@ -217,6 +231,16 @@ class Agent:
             return tool_output(await value if inspect.isawaitable(value) else value)
         except Exception as e:  # the model gets to see and fix it
             return tool_error(name, e)
+
+
+def _advance(
+    steps: Generator[Generate | ToolRun, object, AgentResult], outcome: object
+) -> Generate | ToolRun | AgentResult:
+    """The run's next effect after ``outcome``, or its result once it has none."""
+    try:
+        return steps.send(outcome)
+    except StopIteration as done:
+        return cast(AgentResult, done.value)
 
 
 def _keywords_to(handler: Callable[..., Any]) -> Runner:

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, key_scope, unknown_key
+from .openai_api import ApiError, DoorCall, key_scope, unknown_key
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -94,15 +94,10 @@ def session_name(session: str, key: str | None) -> str:
     return f"anthropic:{key_scope(key)}:{session}"
 
 
-@dataclass
-class MessagesRequest:
+@dataclass(kw_only=True)
+class MessagesRequest(DoorCall):
     """One Messages request, translated to el_generate's arguments."""
 
-    model: str
-    messages: list[Any]
-    tools: list[Any] | None
-    options: dict[str, Any] = field(default_factory=dict)
-    stream: bool = False
     prefill: str = ""  # the final assistant message's text, which the result repeats
     stops: list[str] = field(default_factory=list)
 
@@ -319,7 +314,10 @@ def parse_request(
     if session:
         options["session"] = session_name(session, key)
     stream = bool(_expect(body, "stream", bool, "a boolean")) and not count
-    return MessagesRequest(model, messages, tools or None, options, stream, prefill, stops if not count else [])
+    return MessagesRequest(
+        model=model, messages=messages, tools=tools or None, options=options, stream=stream, prefill=prefill,
+        stops=stops if not count else [],
+    )  # fmt: skip
 
 
 # -- responses ------------------------------------------------------------------------------------
@@ -424,16 +422,18 @@ class MessageStream:
     Content blocks open one at a time: text, or a tool_use per call (the library sends a call's
     id and name first, then its arguments, which go out as ``input_json_delta``)."""
 
-    def __init__(self, message: Message) -> None:
+    def __init__(self, message: Message, prompt: Mapping[str, Any] | None = None) -> None:
         self.message = message
+        self.prompt = prompt  # the first delta's {"n_prompt", "n_reused"}, for message_start's usage
         self._skip = message.prefill  # the prefill's text, which the first deltas repeat
         self._index = -1  # the open block, if _open
         self._open: str | None = None
         self._calls: dict[int, int] = {}  # the library's call index -> block index
 
-    def start(self, prompt: Mapping[str, Any] | None = None) -> str:
-        """``message_start``, with the input's tokens as Anthropic counts them when ``prompt``
-        (the first delta's {"n_prompt", "n_reused"}) is known."""
+    def start(self) -> str:
+        """``message_start``, with the input's tokens as Anthropic counts them when the prompt's
+        counts are known."""
+        prompt = self.prompt
         n_prompt, reused = int((prompt or {}).get("n_prompt", 0)), int((prompt or {}).get("n_reused", 0))
         usage = {"input_tokens": n_prompt - reused, "cache_creation_input_tokens": 0,
                  "cache_read_input_tokens": reused, "output_tokens": 0}  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -112,15 +113,22 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-@dataclass
-class ChatRequest:
-    """One chat-completions request, translated to el_generate's arguments."""
+@dataclass(kw_only=True)
+class DoorCall:
+    """One request of any API the door speaks, as the library's call: what each API's parse gives
+    the route (the API's own extras are its subclass's fields)."""
 
     model: str
     messages: list[Any]
     tools: list[Any] | None
     options: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
+
+
+@dataclass(kw_only=True)
+class ChatRequest(DoorCall):
+    """One chat-completions request, translated to el_generate's arguments."""
+
     include_usage: bool = False
 
 
@@ -179,7 +187,10 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
         if not isinstance(session, str):
             raise ApiError(400, "'session' must be a string", param="session", code="invalid_type")
         options["session"] = session
-    return ChatRequest(model, messages, tools, options, stream, bool(stream_options.get("include_usage")))
+    return ChatRequest(
+        model=model, messages=messages, tools=tools, options=options, stream=stream,
+        include_usage=bool(stream_options.get("include_usage")),
+    )  # fmt: skip
 
 
 def openai_logprobs(logprobs: Any) -> Any:
@@ -298,3 +309,31 @@ class Completion:
 
     def usage_chunk(self, result: Mapping[str, Any]) -> dict[str, Any]:
         return self._envelope("chat.completion.chunk", [], _usage(result))
+
+
+def sse(obj: Any) -> str:
+    """One server-sent event of OpenAI's streams: a ``data:`` line of JSON."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class ChatStream:
+    """Chat completions' stream events for one call (the door's ``Events``): the role chunk, a chunk
+    per delta that says something, the finish chunk and the usage chunk, then ``[DONE]``, after an
+    error too."""
+
+    def __init__(self, comp: Completion, usage: bool) -> None:
+        self.comp, self.usage = comp, usage
+
+    def start(self) -> str:
+        return sse(self.comp.first_chunk(self.usage))
+
+    def delta(self, delta: Mapping[str, Any]) -> str:
+        chunk = self.comp.delta_chunk(delta, self.usage)
+        return "" if chunk is None else sse(chunk)
+
+    def finish(self, result: Mapping[str, Any]) -> str:
+        tail = sse(self.comp.final_chunk(result, self.usage))
+        return tail + (sse(self.comp.usage_chunk(result)) if self.usage else "") + "data: [DONE]\n\n"
+
+    def error(self, err: ApiError) -> str:
+        return sse(err.body()) + "data: [DONE]\n\n"

@@ -43,11 +43,11 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, check_known, check_limits, openai_logprobs
+from .openai_api import ApiError, DoorCall, check_known, check_limits, openai_logprobs
 
 __all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
@@ -108,16 +108,11 @@ class ResponseStore:
         return True
 
 
-@dataclass
-class ResponsesRequest:
+@dataclass(kw_only=True)
+class ResponsesRequest(DoorCall):
     """One Responses request, translated to el_generate's arguments."""
 
-    model: str
-    messages: list[dict[str, Any]]
     conversation: list[dict[str, Any]]  # what a follow-up continues: messages without the instructions
-    tools: list[Any] | None
-    options: dict[str, Any] = field(default_factory=dict)
-    stream: bool = False
     store: bool = True
     scope: str = ""
     session: str | None = None
@@ -320,7 +315,10 @@ def parse_request(
         "top_logprobs": body.get("top_logprobs"),
     }
     stream = body.get("stream") is True
-    return ResponsesRequest(model, messages, conversation, tools or None, options, stream, keep, scope, chain, echo)
+    return ResponsesRequest(
+        model=model, messages=messages, conversation=conversation, tools=tools or None, options=options,
+        stream=stream, store=keep, scope=scope, session=chain, echo=echo,
+    )  # fmt: skip
 
 
 # -- responses ------------------------------------------------------------------------------------
@@ -420,8 +418,14 @@ class ResponseStream:
     """The stream events of one response, from the library's deltas: ``start()``, ``delta()`` per
     delta, ``finish()`` with the result; each returns the SSE text to send."""
 
-    def __init__(self, responder: Responder, req: ResponsesRequest) -> None:
+    def __init__(
+        self,
+        responder: Responder,
+        req: ResponsesRequest,
+        on_answer: Callable[[Mapping[str, Any], dict[str, Any]], None] | None = None,
+    ) -> None:
         self.r, self.req = responder, req
+        self.on_answer = on_answer  # given the result and the response object it ended with
         self.seq = 0
         self.opened: list[dict[str, Any]] = []  # items as announced by output_item.added, in order
         self._kind: str | None = None  # the kind of the last opened item
@@ -492,7 +496,14 @@ class ResponseStream:
                                name=item["name"], arguments=item["arguments"])  # fmt: skip
         return out + self._event("response.output_item.done", output_index=index, item=item)
 
-    def finish(self, result: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    def finish(self, result: Mapping[str, Any]) -> str:
+        """The closing events (the response object they end with goes to ``on_answer``)."""
+        tail, response = self.closing(result)
+        if self.on_answer is not None:
+            self.on_answer(result, response)
+        return tail
+
+    def closing(self, result: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """The closing events, and the response object they end with."""
         final = {item["id"]: item for item in self.r.items(result)}
         output = [final.pop(item["id"]) for item in self.opened if item["id"] in final]

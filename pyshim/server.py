@@ -19,32 +19,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
 from .door_limits import PerClientLimit, bounded_protocol
-from .errors import ClosedModel, ContextFull, DeviceLost, InvalidRequest, TimedOut
+from .door_relay import ClientGone, EventStream, api_error, first_delta, relay, unless_disconnected
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
-from .openai_api import ApiError, ChatRequest, Completion, error_body, key_scope, parse_request
+from .openai_api import ApiError, ChatRequest, ChatStream, Completion, error_body, key_scope, parse_request
 
 __all__ = ["Door", "Settings", "create_app", "serve"]
 
@@ -173,26 +170,8 @@ class Door:
             )  # fmt: skip
 
 
-def _error(exc: BaseException) -> ApiError:
-    """The status and message a client sees for an exception."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, aio.Overloaded):
-        return ApiError(503, f"the server is overloaded: {exc}; retry later", code="overloaded")
-    if isinstance(exc, ContextFull):  # OpenAI's code for it, which clients test for
-        return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
-    if isinstance(exc, InvalidRequest):
-        return ApiError(400, str(exc))  # the library's message, verbatim
-    if isinstance(exc, (ClosedModel, DeviceLost)):  # the model cannot answer until it is reopened
-        return ApiError(503, f"the model is unavailable: {exc}", code="model_unavailable")
-    if isinstance(exc, TimedOut):
-        return ApiError(504, str(exc), code="timeout")
-    log.exception("request failed", exc_info=exc)
-    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
-
-
 def _error_response(exc: BaseException) -> JSONResponse:
-    err = _error(exc)
+    err = api_error(exc)
     return JSONResponse(err.body(), status_code=err.status)
 
 
@@ -223,107 +202,12 @@ async def _read_json(request: Request, limit: int) -> Any:
         raise ApiError(400, "the request body nests arrays and objects too deeply") from None
 
 
-class _ClientGone(Exception):
-    pass
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it (and so its generation) if the client disconnects first.
-
-    ``work`` runs in this task, watched by one small task: after a long generation this
-    interpreter's code is cold in the CPU caches, and every task, wait set and callback less
-    is time the client does not wait (docs/bench-door.md)."""
-    handler = asyncio.current_task()
-    assert handler is not None
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        handler.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        handler.uncancel()
-        raise _ClientGone from None
-    finally:
-        watcher.cancel()
-
-
-class _EventStream(StreamingResponse):
-    """Server-sent events whose body iterator is always closed, also when the client left
-    mid-stream (Starlette cancels the send and leaves the iterator to the garbage collector)."""
-
-    def __init__(self, events: AsyncGenerator[str, None]) -> None:
-        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._events = events
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._events.aclose()
-
-
 def _model_ms(result: Any) -> float:
     """Time the library spent on the call (template, cache, prefill, decode): what is left of a
     client's wall time is the door's own cost (bench/door.py reads it from a response header)."""
     if "_model_ms" in result:  # several generations (_generate's repeat guard)
         return float(result["_model_ms"])
     return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
-
-
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def _events(
-    door: Door,
-    started: float,
-    comp: Completion,
-    stream: aio.AsyncStream,
-    deltas: AsyncIterator[Any],
-    first: Any,
-    usage: bool,
-) -> AsyncGenerator[str, None]:
-    """The SSE body: role chunk, one chunk per delta, finish chunk, usage chunk, ``[DONE]``. A
-    call its client left is counted in /metrics too ("cancelled", with its tokens)."""
-    counted = False
-    first_at: float | None = None
-    try:
-        # The role chunk goes out in one write with the first delta: one send and one wake-up
-        # of the client less before its first token.
-        head = _sse(comp.first_chunk(usage))
-        delta = first
-        while delta is not None:
-            chunk = comp.delta_chunk(delta, usage)
-            if chunk is not None:
-                first_at = first_at or time.perf_counter()
-                yield head + _sse(chunk)
-                head = ""
-            delta = await anext(deltas, None)
-        if head:
-            yield head
-        assert stream.result is not None
-        door.metrics.generation(stream.result, started, first_at)
-        counted = True
-        yield _sse(comp.final_chunk(stream.result, usage))
-        if usage:
-            yield _sse(comp.usage_chunk(stream.result))
-    except Exception as e:  # after the 200 went out, an error can only travel as an event
-        yield _sse(_error(e).body())
-    finally:
-        with anyio.CancelScope(shield=True):  # as in _relay: the client that left cancels this scope
-            await stream.aclose()
-        if not counted and stream.result is not None:
-            door.metrics.generation(stream.result, started, first_at)
-    yield "data: [DONE]\n\n"
 
 
 async def _generate(
@@ -336,7 +220,7 @@ async def _generate(
     it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A streamed call is not guarded:
     its call has gone out before it is known to be a repeat. Each generation is counted in
     /metrics."""
-    result = await _unless_disconnected(request, aio.agenerate(model, messages, tools, **options))
+    result = await unless_disconnected(request, aio.agenerate(model, messages, tools, **options))
     door.metrics.generation(result, started)
     choice = options.get("tool_choice", "auto")
     if not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
@@ -344,7 +228,7 @@ async def _generate(
     spent = _model_ms(result)
     turn = [*messages, repeats.nudge(messages)]
     work = aio.agenerate(model, turn, tools, **{**options, "tool_choice": "none"})
-    result = await _unless_disconnected(request, work)
+    result = await unless_disconnected(request, work)
     door.metrics.generation(result, started)
     return {**result, "_repeat_nudges": 1, "_model_ms": spent + _model_ms(result)}
 
@@ -377,17 +261,10 @@ async def chat_completions(request: Request) -> Response:
         if not req.stream:
             result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
             return _timed(JSONResponse(comp.response(result)), started, result)
-        stream = aio.astream(model, req.messages, req.tools, **req.options)
-        deltas = aiter(stream)
-        # The first delta (or the end) comes before the headers, so that a request the library
-        # refuses, or one the queue cannot take, still gets its own status code.
-        try:
-            first = await _unless_disconnected(request, anext(deltas, None))
-        except BaseException:
-            await stream.aclose()
-            raise
-        return _EventStream(_events(door, started, comp, stream, deltas, first, req.include_usage))
-    except _ClientGone:
+        stream, deltas, first = await first_delta(request, model, req)
+        events = ChatStream(comp, req.include_usage)
+        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
+    except ClientGone:
         return Response(status_code=499)  # nobody reads it; uvicorn drops it
     except Exception as e:  # answered here: Starlette's catch-all handler would also drop the connection
         return _error_response(e)
@@ -412,27 +289,20 @@ async def anthropic_messages(request: Request) -> Response:
         if not req.stream:
             if counting:  # no repeat guard: nothing is answered
                 work = aio.agenerate(model, req.messages, req.tools, **req.options)
-                result = await _unless_disconnected(request, work)
+                result = await unless_disconnected(request, work)
             else:
                 result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
             answer = anthropic_api.count_response(result) if counting else msg.response(result)
             return _timed(JSONResponse(answer), started, result)
-        stream = aio.astream(model, req.messages, req.tools, **req.options)
-        deltas = aiter(stream)
-        try:  # the first delta before the headers, as in chat_completions
-            first = await _unless_disconnected(request, anext(deltas, None))
-        except BaseException:
-            await stream.aclose()
-            raise
+        stream, deltas, first = await first_delta(request, model, req)
 
-        events = anthropic_api.MessageStream(msg)
-        prompt = first.get("prompt") if first is not None else None
-        opening = functools.partial(events.start, prompt)  # message_start with the input's tokens
-        return _EventStream(_relay(door, started, events, events.finish, stream, deltas, first, opening))
-    except _ClientGone:
+        # message_start carries the input's tokens, which the first delta reports
+        events = anthropic_api.MessageStream(msg, first.get("prompt") if first is not None else None)
+        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
+    except ClientGone:
         return Response(status_code=499)
     except Exception as e:
-        answer, status = anthropic_api.error_response(_error(e))
+        answer, status = anthropic_api.error_response(api_error(e))
         return JSONResponse(answer, status_code=status)
 
 
@@ -455,73 +325,17 @@ async def responses(request: Request) -> Response:
             if req.store:
                 door.responses.put(out.id, out.stored(req, result, answer))
             return _timed(JSONResponse(answer), started, result)
-        stream = aio.astream(model, req.messages, req.tools, **req.options)
-        deltas = aiter(stream)
-        try:  # the first delta before the headers, as in chat_completions
-            first = await _unless_disconnected(request, anext(deltas, None))
-        except BaseException:
-            await stream.aclose()
-            raise
-        events = responses_api.ResponseStream(out, req)
+        stream, deltas, first = await first_delta(request, model, req)
 
-        def finish(result: Any) -> str:
-            tail, answer = events.finish(result)
-            if req.store:
-                door.responses.put(out.id, out.stored(req, result, answer))
-            return tail
+        def keep(result: Any, answer: dict[str, Any]) -> None:
+            door.responses.put(out.id, out.stored(req, result, answer))
 
-        return _EventStream(_relay(door, started, events, finish, stream, deltas, first))
-    except _ClientGone:
+        events = responses_api.ResponseStream(out, req, keep if req.store else None)
+        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
+    except ClientGone:
         return Response(status_code=499)
     except Exception as e:
         return _error_response(e)
-
-
-class _Events(Protocol):
-    """A non-chat API's stream translation (anthropic_api.MessageStream, responses_api.ResponseStream)."""
-
-    def start(self) -> str: ...
-    def delta(self, delta: Any) -> str: ...
-    def error(self, err: ApiError) -> str: ...
-
-
-async def _relay(
-    door: Door,
-    started: float,
-    events: _Events,
-    finish: Callable[[Any], str],
-    stream: aio.AsyncStream,
-    deltas: AsyncIterator[Any],
-    delta: Any,
-    start: Callable[[], str] | None = None,
-) -> AsyncGenerator[str, None]:
-    """The SSE body of a streamed call in another API's events: its opening events (``start``,
-    else ``events.start``) in one write with the first delta's, one write per delta after,
-    ``finish(result)``'s closing events; an error after the 200 went out travels as the API's
-    error event."""
-    counted = False
-    first_at: float | None = None
-    try:
-        head = (start or events.start)()
-        while delta is not None:
-            if chunk := head + events.delta(delta):
-                first_at = first_at or time.perf_counter()
-                yield chunk
-                head = ""
-            delta = await anext(deltas, None)
-        assert stream.result is not None
-        door.metrics.generation(stream.result, started, first_at)
-        counted = True
-        yield head + finish(stream.result)
-    except Exception as e:
-        yield events.error(_error(e))
-    finally:
-        # Starlette cancels a stream whose client left, and anyio keeps cancelling every await in
-        # its scope: the stop and the count are shielded, so that the call ends and is counted.
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-        if not counted and stream.result is not None:  # ended by the client's disconnect: it counts too
-            door.metrics.generation(stream.result, started, first_at)
 
 
 async def stored_response(request: Request) -> Response:
@@ -547,11 +361,11 @@ async def embeddings(request: Request) -> Response:
         model = door.ready()
         req = embeddings_api.parse_request(await _read_json(request, door.settings.max_request_bytes))
         door.check_model(req.model)
-        result = await _unless_disconnected(request, aio.aembed(model, req.input))
+        result = await unless_disconnected(request, aio.aembed(model, req.input))
         door.metrics.embeddings(result)
         answer = embeddings_api.response(req, result, door.settings.name)
         return _timed(JSONResponse(answer), started, {"_model_ms": result["ms_total"]})
-    except _ClientGone:
+    except ClientGone:
         return Response(status_code=499)
     except Exception as e:
         return _error_response(e)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench-status`: every report in docs/ with the commit it came from and how many library
 commits (native/, pyshim/, bench/) it is behind HEAD. A report is read from its provenance line
-(bench/provenance.py); one without it is "undated", aged from the commit that last wrote it.
+(bench/common/provenance.py); one without it is "undated", aged from the commit that last wrote it.
 Exit status 1 when a report the README cites is more than LIMIT library commits behind."""
 
 from __future__ import annotations

@@ -361,7 +361,7 @@ def test_response_and_stream_events_from_results() -> None:
 
 def test_errors_map_to_anthropic_types() -> None:
     from pyshim import aio
-    from pyshim.server import _error
+    from pyshim.door_relay import api_error as _error
 
     assert anthropic_api.error_response(_error(aio.Overloaded("full"))) == (
         {"type": "error", "error": {"type": "overloaded_error", "message": _error(aio.Overloaded("full")).message}},

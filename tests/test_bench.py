@@ -6,7 +6,8 @@ from conftest import SMOL
 
 import pyshim
 from bench.agent_session import conversation, markdown, replay
-from bench.peers import WORKLOADS, floor_s, report, run_workload
+from bench.peers import WORKLOADS, run_workload
+from bench.peers_report import floor_s, report
 from pyshim import models
 
 

@@ -321,7 +321,7 @@ def test_stream_events_from_deltas_validate() -> None:
     result = {"reasoning_content": "think", "content": "Hello", "finish_reason": "tool_calls",
               "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
               "usage": {"prompt_tokens": 2, "completion_tokens": 3}}  # fmt: skip
-    tail, response = events.finish(result)
+    tail, response = events.closing(result)
     parsed = [json.loads(line[6:]) for line in (text + tail).splitlines() if line.startswith("data: ")]
     for event in parsed:
         EVENTS.validate_python(event)

@@ -25,9 +25,9 @@ from conftest import GEMMA, QWEN, ROOT, SMOL, WEATHER_TOOL, user
 from oracle import KL_BOUND, divergence, text
 
 import pyshim
+from bench.common.rpc_servers import RpcServer, binary, free_port
 from pyshim import models
 from pyshim._lib import lib
-from scripts.rpc_servers import RpcServer, binary, free_port
 
 if binary() is None:
     pytest.skip("rpc-server could not be built (make rpc-server failed)", allow_module_level=True)

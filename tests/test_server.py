@@ -252,10 +252,16 @@ def test_errors_have_openai_shape_and_status(smol_url: str) -> None:
 
 
 def test_internal_errors_are_500() -> None:
-    from pyshim.server import _error
+    import pyshim
+    from pyshim.door_relay import api_error as _error
 
     err = _error(RuntimeError("boom"))
     assert err.status == 500 and err.body()["error"]["type"] == "server_error" and "boom" in err.message
+    # the library's classes by their code: a dead or closed model is unavailable, a timeout a 504
+    assert _error(pyshim.DeviceLost("the handle is dead")).status == 503
+    assert _error(pyshim.ClosedModel("closed")).status == 503
+    assert _error(pyshim.TimedOut("timed out")).status == 504
+    assert _error(pyshim.UnknownOption("unknown options key")).status == 400
 
 
 # -- disconnects, queueing, concurrency ---------------------------------------------------------

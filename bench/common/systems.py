@@ -19,17 +19,28 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-ROOT = Path(__file__).resolve().parent.parent
+import httpx
+
+from bench.common.fixtures import TOOLS
+from bench.common.provenance import ROOT
+
 PEERS = ROOT / "build-peers" / "bin"  # llama-bench, llama-server, libllama.so (make bench-peers)
 # llama-bench from the pinned tree with no patch (make peers-upstream): the upstream floors
 PEERS_UPSTREAM = ROOT / "build-peers-upstream" / "bin"
 THREADS = os.cpu_count() or 2
+
+
+#: A turn's OpenAI messages and tools (None: no tools), as every system takes them.
+Messages = list[dict[str, Any]]
+Tools = list[dict[str, Any]] | None
 
 
 @dataclass
@@ -47,13 +58,7 @@ class System(Protocol):
     name: str
     info: dict[str, Any]  # settings worth reporting beside the results
 
-    def turn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int,
-        ignore_eos: bool = False,
-    ) -> Turn: ...
+    def turn(self, messages: Messages, tools: Tools, max_tokens: int, ignore_eos: bool = False) -> Turn: ...
 
     def clear_cache(self) -> None:
         """Forget every cached prompt, so that the next turn evaluates its whole prompt
@@ -89,12 +94,7 @@ class Pyshim:
         self.reuse = reuse
 
     def turn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int,
-        ignore_eos: bool = False,
-        session: str | None = None,
+        self, messages: Messages, tools: Tools, max_tokens: int, ignore_eos: bool = False, session: str | None = None
     ) -> Turn:
         """One turn; ``session`` pins its conversation to a slot (the option of that name)."""
         ttft, total, r = timed_generate(
@@ -143,13 +143,7 @@ class LlamaCppPython:
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.no_eog = {t: float("-inf") for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)}
 
-    def turn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int,
-        ignore_eos: bool = False,
-    ) -> Turn:
+    def turn(self, messages: Messages, tools: Tools, max_tokens: int, ignore_eos: bool = False) -> Turn:
         t0 = time.perf_counter()
         first = None
         n_gen = 0
@@ -224,13 +218,7 @@ class LlamaServer:
         finally:
             conn.close()
 
-    def turn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int,
-        ignore_eos: bool = False,
-    ) -> Turn:
+    def turn(self, messages: Messages, tools: Tools, max_tokens: int, ignore_eos: bool = False) -> Turn:
         cold, self.cold = self.cold, False
         body: dict[str, Any] = {
             "messages": messages,
@@ -291,6 +279,54 @@ class LlamaServer:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def session(
+    system: System,
+    prompts: list[list[dict[str, Any]]],
+    max_tokens: int = 16,
+    ignore_eos: bool = False,
+    tools: list[dict[str, Any]] | None = TOOLS,
+) -> list[dict[str, Any]]:
+    rows = []
+    for messages in prompts:
+        t = system.turn(messages, tools, max_tokens, ignore_eos)
+        rows.append(
+            {
+                "ttft_s": t.ttft_s,
+                "total_s": t.total_s,
+                "n_prompt": t.n_prompt,
+                "n_gen": t.n_gen,
+                "n_evaluated": t.n_evaluated,
+            }
+        )
+    return rows
+
+
+@contextmanager
+def door_server(model: str, n_ctx: int = 8192) -> Iterator[str]:
+    """A ``pyshim serve`` process on a free port, killed on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "pyshim", "serve", model, "--port", str(port), "--log-level", "warning"]
+    cmd += ["--n-ctx", str(n_ctx), "--temperature", "0"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start ({proc.returncode})")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def open_system(name: str, model: Path, n_ctx: int, n_seq: int = 1) -> System:

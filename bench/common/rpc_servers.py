@@ -16,7 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common.provenance import ROOT
+
 BINARY = ROOT / "build-rpc" / "bin" / "ggml-rpc-server"
 
 
