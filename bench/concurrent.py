@@ -50,6 +50,7 @@ from typing import Any
 
 from bench.common.fixtures import PEER_MODELS, TOOLS, desk_conversations
 from bench.common.host import machine, worker
+from bench.common.markdown import produced_by, table_head
 from bench.common.provenance import ROOT, args_command, stamp
 from bench.common.stats import median_spread
 from bench.common.systems import (
@@ -406,10 +407,11 @@ def floor_table(data: dict[str, Any]) -> list[str]:
         "Shallow, both rates are at their best, so no scheduler reaches a floor; the quotient of the two floors "
         "is about the most that running the 4 sessions at once can give over the wall.",
         "",
-        "| model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at once "
-        "| most the wall ratio can be | pyshim concurrent / serialized (decoded tok/s over the wall) "
-        "| pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *table_head(
+            "model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at "
+            "once | most the wall ratio can be | pyshim concurrent / serialized (decoded tok/s over the wall) | "
+            "pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor"
+        ),
     ]
     for m, rows in data["engine_rates"].items():
         by = rates_by(rows, RATE_PP)
@@ -441,11 +443,11 @@ def depth_table(data: dict[str, Any]) -> list[str]:
         "pyshim's evaluator thread spent in llama_decode (prompt batches and decode steps): the rest is all "
         "that any scheduling of the calls could take back.",
         "",
-        "| model | workload | decode tok/s, serialized (batched-bench: 1 sequence) | decode tok/s, concurrent "
-        "(batched-bench: 4 sequences) | concurrent / serialized (batched-bench: 4 / 1) "
-        "| prompt s, serialized / concurrent "
-        "| evaluator busy, serialized / concurrent |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        *table_head(
+            "model | workload | decode tok/s, serialized (batched-bench: 1 sequence) | decode tok/s, concurrent "
+            "(batched-bench: 4 sequences) | concurrent / serialized (batched-bench: 4 / 1) | prompt s, serialized "
+            "/ concurrent | evaluator busy, serialized / concurrent"
+        ),
     ]
     for m, rows in data["engine_rates"].items():
         deep = rates_by(rows, RATE_PP_DEEP)
@@ -470,7 +472,7 @@ def report(data: dict[str, Any]) -> str:
     out = [
         "# Four agent sessions at once on one handle",
         "",
-        f"Produced by one invocation of `{data['command']}` on {data['machine']}; {data['when']}: every "
+        f"{produced_by(data)}: every "
         f"figure below comes from that run. {data['n_sessions']} sessions of bench.peers' interleaved agent "
         f"conversations, two workloads: **agent** (up to {data['workloads']['agent'][0]} tokens per turn, as "
         f"bench.peers: mostly prompt) and **answers** (exactly {data['workloads']['answers'][0]} tokens per "

@@ -23,6 +23,7 @@ from typing import Any
 import pyshim
 from bench.common.fixtures import PEER_MODELS, TOOLS
 from bench.common.host import llama_bench, machine
+from bench.common.markdown import produced_by
 from bench.common.provenance import args_command, stamp
 from bench.common.systems import THREADS
 from pyshim import models
@@ -89,7 +90,7 @@ def report(data: dict[str, Any]) -> str:
     lines = [
         "# Decode with sampling and tools, beside llama-bench tg128",
         "",
-        f"Produced by one invocation of `{data['command']}` on {data['machine']}: every figure below "
+        f"{produced_by(data)}: every figure below "
         f"comes from that run. {THREADS} threads, {N_OUT} tokens from an empty cache, {data['reps']} "
         "repetitions, the modes taking turns within each. Rate: tokens evaluated after the first over "
         "the library's `ms_decode`; share: that rate's median over tg128's mean (in brackets, the range "

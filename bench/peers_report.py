@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common.markdown import produced_by
 from bench.common.stats import ms_span, p10_p90
 from bench.common.systems import THREADS
 
@@ -62,7 +63,7 @@ def report(data: dict[str, Any]) -> str:
     out = [
         "# pyshim beside " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]),
         "",
-        f"Produced by one invocation of `{data['command']}` on {data['machine']}; {data['when']}: every table, "
+        f"{produced_by(data)}: every table, "
         "the ceiling and the verdicts below come from that run. llama.cpp from the pinned "
         f"llama-cpp-python {data['llama_cpp_python']} source archive for every system; {THREADS} threads, greedy "
         "sampling, one process per (system, model, workload). Ratios are to the row named in the header.",
