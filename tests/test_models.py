@@ -72,6 +72,9 @@ def test_a_damaged_file_is_reported_and_fetch_repairs_it(cache: Path) -> None:
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
     assert dest.stat().st_size == models.CATALOGUE[SMOL].size and models.status(SMOL) == "cached"
+    # what a user watching the fetch is told: which model, how much, how fast, how long, and the check
+    assert f"fetching {SMOL} (" in err and "MB/s, about" in err and "s left" in err, err
+    assert f"verifying {SMOL} (sha256" in err and f"{SMOL} verified, at {dest}" in err, err
 
 
 def test_a_verified_model_is_not_hashed_again(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
