@@ -67,19 +67,28 @@ class Model(_Closes):
     raises ``KeyboardInterrupt``; the model stays usable.
     """
 
-    def __init__(self, model: str | os.PathLike[str] | None = None, **config: Any) -> None:
+    def __init__(
+        self, model: str | os.PathLike[str] | None = None, *, filename: str | None = None, **config: Any
+    ) -> None:
         model, config = habits.open_config(model, config)
         config.setdefault("scope", "")
         config.setdefault("cache_dir", models.prefix_dir())
         for key in ("scope", "cache_dir"):
             if config[key] is None:
                 del config[key]
-        self.path = models.path(model)
+        self.path = models.path(model, filename=filename)
         if not self.path.exists():
             raise ModelFileNotFound(errno.ENOENT, f"no model file at {self.path}", str(self.path))
         self.config = {"model": str(self.path), **config}
         self._handle: Handle | None = Handle(self.config)
         self._calls: weakref.WeakSet[Call] = weakref.WeakSet()  # streams in flight, stopped by close()
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str | None = None, **config: Any) -> Model:
+        """A model from a Hugging Face repo, as llama-cpp-python's ``Llama.from_pretrained``:
+        ``filename`` names its .gguf file or a glob (``"*q8_0.gguf"``); huggingface_hub downloads it
+        into its own cache (``pip install 'pyshim[hf]'``)."""
+        return cls(repo_id if repo_id.startswith("hf://") else f"hf://{repo_id}", filename=filename, **config)
 
     # -- lifecycle ---------------------------------------------------------
 

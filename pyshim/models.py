@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hub
 from .errors import ModelFetchError, UnknownModel
 
 __all__ = ["CATALOGUE", "DEFAULT", "CatalogueEntry", "cache_dir", "is_cached", "path", "status"]
@@ -276,16 +277,23 @@ def _fetch(entry: CatalogueEntry, dest: Path, log: bool) -> None:
         partial.unlink(missing_ok=True)
 
 
-def path(name: str | os.PathLike[str] | None = None, *, log: bool = True) -> Path:
-    """Local path of a catalogue model (fetched, or fetched again, until verified) or of a ``.gguf`` file."""
+def path(name: str | os.PathLike[str] | None = None, *, log: bool = True, filename: str | None = None) -> Path:
+    """Local path of a catalogue model (fetched, or fetched again, until verified), of a ``.gguf``
+    file, or of a Hugging Face model (``hf://org/repo/file.gguf``, or ``org/repo`` with ``filename``,
+    a name or a glob: ``pyshim.hub``)."""
     name = DEFAULT if name is None else name
     s = os.fspath(name)
     if s not in CATALOGUE:
+        if isinstance(name, str) and hub.is_hub_name(s):
+            return hub.resolve(s, filename)
         p = Path(s).expanduser()
         if p.suffix == ".gguf" or p.exists() or os.sep in s:
             return p
         known = ", ".join(CATALOGUE)
-        raise UnknownModel(f"unknown model {s!r}: not a file and not in the catalogue ({known})")
+        raise UnknownModel(
+            f"unknown model {s!r}: not a file, not in the catalogue ({known}), and not a Hugging Face name "
+            "(org/repo with filename=, or hf://org/repo/file.gguf)"
+        )
     entry = CATALOGUE[s]
     dest = cache_dir() / entry.filename
     if _stamp_matches(entry, dest):
