@@ -303,7 +303,12 @@ EL_API const char *el_build_info(void);
 **                  how many calls run at once (see THREADS)              (1)
 **   state_cache_mib  host memory for conversations evicted from their slot;
 **                  one that comes back is restored, not re-evaluated  (256)
-**   chat_template  a Jinja template overriding the model's own
+**   chat_template  a Jinja template overriding the model's own. A model
+**                  with none of its own and no chat_template renders with
+**                  llama.cpp's ChatML fallback, and its replies also end
+**                  at "<|im_end|>" and "<|im_start|>" written as text (a
+**                  model that never learnt ChatML writes them out; not
+**                  with ignore_eos; 1.13)
 **   tool_call_recovery  turn a tool call written as bare or fenced JSON in
 **                  the content into tool_calls (see el_generate)     (true)
 **   log            let llama.cpp print its log to stderr            (false)
@@ -567,6 +572,10 @@ EL_API const char *el_last_error(void);
 **                      not a promise (1.6)
 **   n_drafted, n_accepted  tokens speculation drafted, and of those the ones
 **                      the call's own choice confirmed (1.10)
+**   warnings           present only when something went otherwise than
+**                      asked without failing the call: an array of
+**                      messages (1.13; today: tools given to a model whose
+**                      chat template does not show them to it)
 **   abi_version        EL_ABI_VERSION
 ** or {"error": "..."}. Calls on one handle run concurrently up to n_seq (see
 ** THREADS).
@@ -738,6 +747,9 @@ EL_API int el_forget_scope(el_handle *handle, const char *scope, const char *ses
 ** flash_attn (the configured setting) and flash_attn_in_use (whether the
 ** context really computes attention with it, "auto" resolved; since 1.1),
 ** deterministic (since 1.2),
+** chat_template (since 1.13: {"source": "model" | "config" | "chatml
+** fallback", "supports_tools", "supports_system_role"}, llama.cpp's probe of
+** what the template shows the model),
 ** cache (tokens resident, checkpoints held and their bytes, in
 ** total and per slot, with each slot's session and whether a call runs on
 ** it), evaluation (since 1.3; counted since el_open: decode_steps and

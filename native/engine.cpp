@@ -159,7 +159,7 @@ void Engine::check_open() const {
 // path are the handle's; nothing here touches the context or the slots).
 void Engine::prepare(Prepared & p, const char * messages_json, const char * tools_json, const char * options_json) {
     std::lock_guard<std::mutex> lock(prep_mu_);
-    const ModelView view{cfg_,    vocab_,    templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
+    const ModelView view{cfg_,    template_info_, vocab_,    templates_.get(), n_ctx_, slots_->cache(0).wants_checkpoints(),
                          *tokens_, messages_, message_values_};
     RequestCaches   caches(view);  // kept only if the request gets this far: see the end
     p.req = parse_request(view, messages_json, tools_json, options_json);
@@ -207,6 +207,7 @@ void Engine::prepare(Prepared & p, const char * messages_json, const char * tool
     rep.n_render_reused   = p.req.n_render_reused;
     rep.n_messages_reused = p.req.n_messages_reused;
     rep.n_prompt          = p.req.prompt.size();
+    rep.warnings          = p.req.warnings;
     caches.accept(p.req);
 }
 

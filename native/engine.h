@@ -18,6 +18,7 @@
 #include "llama.h"
 #include "message_cache.h"
 #include "patched.h"
+#include "request.h"
 #include "rpc.h"
 #include "sampling.h"
 #include "scheduler.h"
@@ -175,6 +176,7 @@ class Engine {
     llama_context *           ctx_   = nullptr;
     const llama_vocab *       vocab_ = nullptr;
     common_chat_templates_ptr templates_;
+    TemplateInfo              template_info_;  // whose template, and what it can show (opening.cpp)
     // Tool and schema grammars parsed once, cloned per call (common_grammar_cache, a patch to
     // common/sampling; null without it); it holds the model's vocab, so it goes before the model.
     struct GrammarCacheFree {

@@ -15,10 +15,28 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
 namespace el {
+
+namespace {
+
+// Whose template the handle renders with, and what it can show the model.
+TemplateInfo describe_template(const common_chat_templates * templates, const llama_model * model, const Config & cfg) {
+    TemplateInfo info;
+    info.source = !cfg.chat_template.empty()                         ? "config"
+                : llama_model_chat_template(model, nullptr) != nullptr ? "model"
+                                                                       : "chatml fallback";
+    const std::map<std::string, bool> caps = common_chat_templates_get_caps(templates);
+    const auto has = [&](const char * cap) { return caps.count(cap) == 0 || caps.at(cap); };
+    info.supports_tools       = has("supports_tools");
+    info.supports_system_role = has("supports_system_role");
+    return info;
+}
+
+}  // namespace
 
 Engine::~Engine() {
     if (rpc_.active()) {
@@ -80,6 +98,7 @@ void Engine::open(const char * config_json) {
         // the caller's own template is the input's fault; the model's, the file's
         fail(cfg_.chat_template.empty() ? EL_E_LOAD : EL_E_INVALID, std::string("chat template does not parse: ") + e.what());
     }
+    template_info_ = describe_template(templates_.get(), model_, cfg_);
     grammars_.reset(patched::grammar_cache_init());
 
     const int32_t n_swa = llama_model_n_swa(model_);

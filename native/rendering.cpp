@@ -82,6 +82,9 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     for (const auto & stop : r.chat.additional_stops) {
         r.stops.push_back(stop);
     }
+    if (m.chat.fallback() && !r.ignore_eos) {
+        r.stops.insert(r.stops.end(), {"<|im_end|>", "<|im_start|>"});
+    }
     for (const auto & stop : r.stops) {
         r.max_stop_len = std::max(r.max_stop_len, stop.size());
     }

@@ -69,6 +69,11 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const json schema       = read_response_format(opt);
 
     common_chat_templates_inputs in = render(m, inputs, parallel, tools_active, r);
+    if (tools_active && !m.chat.supports_tools) {
+        r.warnings.push_back("tools were given, but this model's chat template (" + m.chat.source +
+                             ") does not show tools to the model: it cannot know them (give a chat_template "
+                             "that renders tools, or use a model whose template does)");
+    }
     choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
     set_greedy(m.vocab, r);
     // Forced calls, and calls beside a response_format, are written as JSON by construction;

@@ -64,6 +64,8 @@ struct Request : TestHooks {
     std::string                  session;                 // the owner's key() (owner.h): the request caches' key
     Owner                        owner;                   // option "scope" and "session": whose slot and state
     std::string                  request_id;              // el_cancel_request stops the call by it
+    std::vector<std::string>     warnings;                // what the call should know went otherwise than asked
+    bool                         ignore_eos = false;      // to max_tokens: no end token, no fallback marker ends it
     size_t                       last_message_start = 0;  // tokens before the last message (0: unknown)
     size_t                       generation_start   = 0;  // tokens before the generation prompt (0: unknown)
     bool                         last_message_rendered = false;  // placed by rendering the history again
@@ -78,9 +80,21 @@ struct Request : TestHooks {
     TokenCache::Stats            tokenizing;              // prompt tokens taken from the cache, time spent
 };
 
+// The chat template a handle renders with, as el_stats reports it: whose it is, and what the
+// template can show the model (llama.cpp's probe of it, common/jinja/caps.h).
+struct TemplateInfo {
+    std::string source = "model";  // "model" (the GGUF's), "config" (chat_template), "chatml fallback"
+    bool        supports_tools       = true;  // tools given to a call appear in its prompt
+    bool        supports_system_role = true;
+    // The ChatML fallback on a model that never learnt it writes its markers as plain text: a
+    // reply ends at them (stop strings), rather than going on to invent the next turn.
+    bool fallback() const { return source == "chatml fallback"; }
+};
+
 // What parsing a request needs to know about the open model.
 struct ModelView {
     const Config &                cfg;
+    const TemplateInfo &          chat;
     const llama_vocab *           vocab;
     const common_chat_templates * templates;
     int32_t                       n_ctx;              // tokens per slot

@@ -144,6 +144,7 @@ void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logpro
         fail("\"top_logprobs\" needs \"logprobs\": true");
     }
     read_logit_bias(opt, m.vocab, s);
+    r.ignore_eos = get_bool(opt, "ignore_eos", false);
     if (const json * stop = find(opt, "stop")) {
         const json list = stop->is_array() ? *stop : json::array({*stop});
         if (list.size() > kMaxStops) {

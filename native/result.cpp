@@ -114,6 +114,9 @@ json result_json(const ParsedOutput & parsed, const CallReport & r, bool with_lo
         {"n_accepted", r.n_accepted},
         {"abi_version", EL_ABI_VERSION},
     };
+    if (!r.warnings.empty()) {
+        out["warnings"] = r.warnings;
+    }
     if (with_logprobs) {
         out["logprobs"] = json{{"content", r.logprobs}};
         if (!r.logprobs_end.is_null()) {

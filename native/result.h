@@ -35,6 +35,7 @@ struct CallReport {
     bool        restored_from_disk = false;  // the slot started from a disk-tier entry  // the slot started from a copy of another conversation of the scope
     json        logprobs = json::array();  // per generated token of the output, when asked for
     json        logprobs_end;              // the end-of-generation token's entry (null: none)
+    std::vector<std::string> warnings;     // the request's (Request::warnings)
 #ifdef EL_TEST_HOOKS
     json        probe;                     // test hook "probe": per position of the copy
 #endif

@@ -31,12 +31,15 @@ def _reuse_line(r: Mapping[str, Any]) -> str:
 
 def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
+        print(f"{'model':32} {'architecture':48} {'size':>9}  {'chat template':16} {'tools':5}  status")
         for name, e in models.CATALOGUE.items():
             mark = models.status(name)
             if mark == "damaged":
                 mark = f"damaged: `python -m pyshim models fetch {name}` repairs it"
             default = " (default)" if name == models.DEFAULT else ""
-            print(f"{name:32} {e.architecture:48} {e.size / 1e6:6.0f} MB  {mark}{default}")
+            template = "own" if e.template == "model" else e.template
+            tools = "yes" if e.tools else "no"
+            print(f"{name:32} {e.architecture:48} {e.size / 1e6:6.0f} MB  {template:16} {tools:5}  {mark}{default}")
         return 0
     for name in args.names or [models.DEFAULT]:
         print(models.path(name))

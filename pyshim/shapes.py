@@ -63,6 +63,7 @@ class Result(TypedDict, total=False):
     restored_from_disk: bool
     shared_prefix: bool
     abi_version: str
+    warnings: list[str]  # only when something went otherwise than asked (pyshim.ModelWarning too)
     parsed: Any  # response_format given as a pydantic model or dataclass: the answer as one (pyshim.structured)
 
 
