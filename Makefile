@@ -74,6 +74,7 @@ lint: venv
 	$(PY) -m ruff format --check pyshim tests scripts bench examples
 	$(PY) -m mypy pyshim
 	$(PY) -m basedpyright pyshim
+	$(PY) scripts/readme_types.py
 
 test: build models lint rpc-server
 	$(PY) -m pytest tests -q

@@ -110,9 +110,11 @@ def take_json(ptr: Any) -> dict[str, Any]:
         data = read_json(ptr)
     finally:
         lib().el_free(ptr)
-    if isinstance(data, dict) and "error" in data:
-        raise from_library(data)
-    return data
+    if not isinstance(data, dict):
+        raise ShimError(f"the library returned {type(data).__name__}, not a JSON object")
+    if "error" in data:
+        raise from_library(cast(dict[str, Any], data))
+    return cast(dict[str, Any], data)
 
 
 def last_error(*, opening: str | None = None) -> ShimError:

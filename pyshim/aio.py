@@ -19,11 +19,11 @@ import threading
 import uuid
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Protocol, Unpack
 
 from .errors import ClosedModel, ShimError
-from .shapes import Delta, Embeddings, EmbedInput, Message, Result, ToolSpec
+from .shapes import Delta, Embeddings, EmbedInput, GenerateOptions, Message, Result, ToolSpec, cancelled_result
 
 
 class ModelLike(Protocol):
@@ -39,7 +39,7 @@ class ModelLike(Protocol):
         tools: Sequence[ToolSpec] | None = None,
         *,
         on_delta: Callable[[Delta], object] | None = None,
-        **options: Any,
+        **options: Unpack[GenerateOptions],
     ) -> Result: ...
 
     def embeddings(self, input: EmbedInput, **options: Any) -> Embeddings: ...
@@ -183,7 +183,7 @@ async def agenerate(
     tools: Sequence[ToolSpec] | None = None,
     *,
     on_delta: Callable[[Delta], object] | None = None,
-    **options: Any,
+    **options: Unpack[GenerateOptions],
 ) -> Result:
     """``Model.generate`` as a coroutine. ``on_delta`` runs in the worker thread.
 
@@ -193,8 +193,8 @@ async def agenerate(
     if isinstance(scope, str) and isinstance(session, str) and session:
         session = f"{len(scope)}:{scope}{session}"  # two scopes' sessions of one name: a slot each
     g, call = gate(model), Call(session if isinstance(session, str) else None)
-    if options.get("request_id"):
-        call.request_id = str(options["request_id"])
+    if request_id := options.get("request_id"):
+        call.request_id = str(request_id)
     await g.enter(call)
 
     def checked(delta: Delta) -> bool:
@@ -206,16 +206,11 @@ async def agenerate(
     def work() -> Result:
         try:
             if call.cancelled.is_set():  # cancelled as its turn came: never start it
-                return {
-                    "message": {"role": "assistant", "content": None},
-                    "content": None,
-                    "finish_reason": "cancelled",
-                }
+                return cancelled_result()
             # Without a delta consumer, no per-token callback: el_cancel_request on the call's id
             # (which the library remembers if it comes before the call began) stops it.
-            return model.generate(
-                messages, tools, on_delta=checked if on_delta else None, **{**options, "request_id": call.request_id}
-            )
+            own: GenerateOptions = {**options, "request_id": call.request_id}
+            return model.generate(messages, tools, on_delta=checked if on_delta else None, **own)
         finally:
             g.leave(call)
 
@@ -255,7 +250,7 @@ class AsyncStream:
     _END = object()
 
     def __init__(
-        self, model: ModelLike, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]
+        self, model: ModelLike, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]
     ) -> None:
         self.result: Result | None = None
         self._args = (model, messages, tools, options)
@@ -335,7 +330,10 @@ class AsyncStream:
 
 
 def astream(
-    model: ModelLike, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+    model: ModelLike,
+    messages: str | Sequence[Message],
+    tools: Sequence[ToolSpec] | None = None,
+    **options: Unpack[GenerateOptions],
 ) -> AsyncStream:
     """``Model.stream`` for asyncio: ``async for delta in astream(model, messages)``."""
     return AsyncStream(model, messages, tools, options)

@@ -32,9 +32,9 @@ def _eval(node: ast.AST) -> float:
         left, right = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) > 100:
             raise ValueError("exponent too large")
-        return _OPS[type(node.op)](left, right)
+        return float(_OPS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval(node.operand))
+        return float(_OPS[type(node.op)](_eval(node.operand)))
     raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
 
 

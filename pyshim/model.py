@@ -9,7 +9,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +19,7 @@ from ._call import DONE, Args, Call, run_in_worker
 from ._lib import encode, encode_messages, ffi, read_json
 from .errors import ClosedModel, ModelFileNotFound
 from .handle import Handle
-from .shapes import Delta, Embedding, Embeddings, EmbedInput, Message, Result, ToolSpec
+from .shapes import Delta, Embedding, Embeddings, EmbedInput, GenerateOptions, Message, Result, ToolSpec
 
 __all__ = ["Delta", "EmbedInput", "Embedding", "Embeddings", "Model", "Result", "Stream", "default_model", "generate"]
 
@@ -119,7 +119,7 @@ class Model(_Closes):
         tools: Sequence[ToolSpec] | None = None,
         *,
         on_delta: Callable[[Delta], object] | None = None,
-        **options: Any,
+        **options: Unpack[GenerateOptions],
     ) -> Result:
         """One assistant turn: OpenAI-style messages (or one user message as a string) and tools
         in, a result dict out.
@@ -132,8 +132,8 @@ class Model(_Closes):
         ``on_delta`` receives streaming deltas as they are decoded; returning
         ``False`` from it stops the generation (finish_reason ``"cancelled"``).
         """
-        options, parse = structured.prepare(options)
-        args, request_id = self._args(messages, tools, options)
+        prepared, parse = structured.prepare(options)
+        args, request_id = self._args(messages, tools, prepared)
         if threading.current_thread() is not threading.main_thread():
             return structured.attach(_generate_here(self._open(), args, on_delta), parse)
         # where Ctrl-C arrives: it must reach the call within a token
@@ -157,7 +157,7 @@ class Model(_Closes):
         self,
         messages: str | Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
-        **options: Any,
+        **options: Unpack[GenerateOptions],
     ) -> Stream:
         """Iterate over deltas as they are decoded; the final result is ``.result`` afterwards.
 
@@ -172,7 +172,7 @@ class Model(_Closes):
         self,
         messages: str | Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
-        **options: Any,
+        **options: Unpack[GenerateOptions],
     ) -> Any:
         """``generate`` answered in OpenAI's ``chat.completion`` shape, as the door answers it:
         the ``openai`` package's own ``ChatCompletion`` when it is installed, else the same dict."""
@@ -236,13 +236,19 @@ class Model(_Closes):
     # -- asyncio (pyshim.aio) ------------------------------------------------
 
     async def agenerate(
-        self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+        self,
+        messages: str | Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Result:
         """``generate`` as a coroutine; cancelling the awaiting task cancels the generation."""
         return await aio.agenerate(self, messages, tools, **options)
 
     def astream(
-        self, messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any
+        self,
+        messages: str | Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> aio.AsyncStream:
         """``async for delta in model.astream(...)``; the final result is ``.result`` afterwards."""
         return aio.astream(self, messages, tools, **options)
@@ -257,7 +263,7 @@ class Stream(_Closes):
     finished stream again yields nothing.
     """
 
-    def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: dict[str, Any]) -> None:
+    def __init__(self, model: Model, messages: str | Sequence[Message], tools: Any, options: Mapping[str, Any]) -> None:
         self.result: Result | None = None
         options, self._parse = structured.prepare(options)
         # The worker holds only the Call, never this Stream, so dropping the Stream reaches __del__.
@@ -324,6 +330,8 @@ def default_model() -> Model:
         return _default
 
 
-def generate(messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Any) -> Result:
+def generate(
+    messages: str | Sequence[Message], tools: Sequence[ToolSpec] | None = None, **options: Unpack[GenerateOptions]
+) -> Result:
     """``Model.generate`` on the process-wide default model, opened on first use."""
     return default_model().generate(messages, tools, **options)

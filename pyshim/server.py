@@ -42,6 +42,7 @@ from .door_relay import ClientGone, EventStream, api_error, first_delta, relay, 
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
 from .openai_api import ApiError, ChatRequest, ChatStream, Completion, error_body, key_scope, parse_request
+from .shapes import as_options
 
 __all__ = ["Door", "Settings", "create_app", "serve"]
 
@@ -227,7 +228,7 @@ async def _generate(
         return result
     spent = _model_ms(result)
     turn = [*messages, repeats.nudge(messages)]
-    work = aio.agenerate(model, turn, tools, **{**options, "tool_choice": "none"})
+    work = aio.agenerate(model, turn, tools, **as_options({**options, "tool_choice": "none"}))
     result = await unless_disconnected(request, work)
     door.metrics.generation(result, started)
     return {**result, "_repeat_nudges": 1, "_model_ms": spent + _model_ms(result)}

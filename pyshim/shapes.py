@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, Required, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 __all__ = [
     "AgentResult",
@@ -37,12 +37,13 @@ class Delta(TypedDict, total=False):
     logprobs: dict[str, Any]
 
 
-class Result(TypedDict, total=False):
+class Result(TypedDict):
     """el_generate's result (``native/el_shim.h`` documents every field); a plain dict at run time.
-    ``message`` is in every result, the library's and the one ``pyshim.aio`` makes for a call
-    cancelled before it began (which has only ``content`` and ``finish_reason`` besides)."""
+    Every field is in every result (``cancelled_result`` makes one for a call stopped before it
+    began) but those marked ``NotRequired``: ``logprobs`` when asked for, ``warnings`` when there
+    are some, ``parsed`` when ``response_format`` was a type."""
 
-    message: Required[dict[str, Any]]
+    message: dict[str, Any]
     content: str | None
     reasoning_content: str | None
     tool_calls: list[dict[str, Any]]
@@ -50,21 +51,95 @@ class Result(TypedDict, total=False):
     finish_reason: Literal["stop", "length", "tool_calls", "cancelled"]
     truncated: bool
     usage: dict[str, int]
-    logprobs: dict[str, Any]
     n_prompt: int
     n_reused: int
     n_decoded: int
     ms_prepare: float
+    ms_template: float
+    ms_tokenize: float
+    ms_sampler: float
+    n_tokenize_reused: int
+    n_render_reused: int
+    n_messages_reused: int
     ms_reset: float
     ms_prefill: float
     ms_decode: float
-    slot: int
+    slot: int | None
     restored_from_host: bool
-    restored_from_disk: bool
     shared_prefix: bool
+    restored_from_disk: bool
+    n_batched_max: int
+    n_argmax: int
+    n_drafted: int
+    n_accepted: int
     abi_version: str
-    warnings: list[str]  # only when something went otherwise than asked (pyshim.ModelWarning too)
-    parsed: Any  # response_format given as a pydantic model or dataclass: the answer as one (pyshim.structured)
+    logprobs: NotRequired[dict[str, Any]]
+    warnings: NotRequired[list[str]]  # only when something went otherwise than asked (pyshim.ModelWarning too)
+    parsed: NotRequired[Any]  # response_format given as a pydantic model or dataclass: the answer as one
+
+
+class GenerateOptions(TypedDict, total=False):
+    """The keyword options of ``generate``, ``stream``, ``agenerate`` and ``astream``, typed, so that a
+    checker catches ``max_tokenz=3`` (and the library refuses it at run time with a did-you-mean).
+    ``native/el_shim.h`` documents each; OpenAI's spellings and fields that mean nothing locally are
+    taken as the door takes them (``pyshim.habits``)."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    seed: int
+    stop: str | list[str]
+    repeat_penalty: float
+    repeat_last_n: int
+    frequency_penalty: float
+    presence_penalty: float
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any]
+    parallel_tool_calls: bool
+    response_format: dict[str, Any] | type
+    logprobs: bool
+    top_logprobs: int
+    logit_bias: dict[str, float] | dict[int, float]
+    ignore_eos: bool
+    tool_call_recovery: bool
+    timeout_ms: float
+    cache_prompt: bool
+    session: str
+    scope: str
+    request_id: str
+    speculative: str | dict[str, Any]
+    # OpenAI's spellings (pyshim.habits): max_completion_tokens is max_tokens, prompt_cache_key a
+    # session, n must be 1; the others are accepted and dropped, as the door drops them
+    max_completion_tokens: int
+    prompt_cache_key: str
+    n: int
+    user: str
+    metadata: dict[str, Any]
+    store: bool
+    service_tier: str
+    # test hooks (a library built with EL_TEST_HOOKS)
+    _test: dict[str, Any]
+
+
+def as_options(options: Mapping[str, Any]) -> GenerateOptions:
+    """Options built at run time (a door's request, an agent's turn), as the typed keywords; the
+    library checks every key and value."""
+    return cast(GenerateOptions, options)
+
+
+def cancelled_result(abi_version: str = "") -> Result:
+    """The result of a call stopped before it began: nothing evaluated, nothing written."""
+    return {
+        "message": {"role": "assistant", "content": None}, "content": None, "reasoning_content": None,
+        "tool_calls": [], "invalid_tool_calls": [], "finish_reason": "cancelled", "truncated": False,
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "n_prompt": 0, "n_reused": 0, "n_decoded": 0, "ms_prepare": 0.0, "ms_template": 0.0, "ms_tokenize": 0.0,
+        "ms_sampler": 0.0, "n_tokenize_reused": 0, "n_render_reused": 0, "n_messages_reused": 0, "ms_reset": 0.0,
+        "ms_prefill": 0.0, "ms_decode": 0.0, "slot": None, "restored_from_host": False, "shared_prefix": False,
+        "restored_from_disk": False, "n_batched_max": 0, "n_argmax": 0, "n_drafted": 0, "n_accepted": 0,
+        "abi_version": abi_version,
+    }  # fmt: skip
 
 
 class Embedding(TypedDict):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InvalidRequest
+from .shapes import Result
 from .tools import function_schema
 
 Parse = Callable[[str], Any]
@@ -42,9 +43,10 @@ def prepare(options: Mapping[str, Any]) -> tuple[dict[str, Any], Parse | None]:
     return {**options, "response_format": fmt}, parse
 
 
-def attach(result: Any, parse: Parse | None) -> Any:
+def attach(result: Result, parse: Parse | None) -> Result:
     """``result["parsed"]``: the answer as the type, when it is whole; None when it was cut."""
     if parse is not None:
         whole = result.get("finish_reason") == "stop" and not result.get("truncated")
-        result["parsed"] = parse(result["content"]) if whole and result.get("content") else None
+        content = result.get("content")
+        result["parsed"] = parse(content) if whole and content else None
     return result

@@ -28,7 +28,7 @@ import warnings
 from collections import abc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, cast, get_args, get_origin
 
 import jsonschema
 
@@ -211,7 +211,7 @@ def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn)) and callable(fn):
         call = getattr(type(fn), "__call__", None)  # noqa: B004
         if call is not None and not isinstance(fn, type):
-            return call
+            return cast(Callable[..., Any], call)
     return fn
 
 

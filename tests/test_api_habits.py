@@ -150,3 +150,21 @@ def test_response_format_takes_a_pydantic_model_or_a_dataclass(qwen: pyshim.Mode
         for _ in s:
             pass
     assert s.result is not None and isinstance(s.result["parsed"], City)
+
+
+def test_the_typed_options_are_the_librarys() -> None:
+    """GenerateOptions names every option el_generate takes (native/request_options.cpp), so that a
+    type checker accepts each and refuses a typo, as the library does at run time."""
+    import re
+    import typing
+    from pathlib import Path
+
+    from pyshim.shapes import GenerateOptions
+
+    source = (Path(__file__).resolve().parent.parent / "native" / "request_options.cpp").read_text()
+    listed = source.split("reject_unknown_keys(in.opt, {", 1)[1].split("}", 1)[0]
+    native = set(re.findall(r'"(\w+)"', listed))
+    typed = set(typing.get_type_hints(GenerateOptions))
+    assert native <= typed, native - typed
+    assert typed - native <= {"max_completion_tokens", "prompt_cache_key", "n", "user", "metadata", "store",
+                              "service_tier"}  # fmt: skip
