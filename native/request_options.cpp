@@ -7,6 +7,7 @@
 #include "test_hooks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,14 @@ void check_tools(const json & tools) {
         const std::string name = get_string(fn, "name", "");
         if (name.empty()) {
             fail(where + ".function needs a non-empty \"name\"");
+        }
+        // OpenAI's rule for a function's name: the templates write it into JSON and XML, and a
+        // model asked to call "get weather" writes "get_weather" as often as not
+        const bool word = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+            return std::isalnum(c) || c == '_' || c == '-';
+        });
+        if (!word) {
+            fail(where + ".function.name \"" + name + "\" is not a valid tool name (letters, digits, _ and -, at most 64)");
         }
         if (!seen.insert(name).second) {
             fail(where + ": duplicate tool name \"" + name + "\"");

@@ -14,11 +14,13 @@ and different is an error, never a silent choice).
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidRequest
-from .tools import Tool, as_tools
+from .errors import InvalidRequest, InvalidTool
+from .tools import Tool, as_tool, as_tools
 
 __all__ = ["IGNORED_OPTIONS", "generate_options", "open_config", "tool_schemas"]
 
@@ -66,8 +68,20 @@ def tool_schemas(tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool] 
     items = list(tools)
     dicts = [t for t in items if isinstance(t, Mapping)]
     if len(dicts) == len(items):
-        return [dict(t) for t in dicts]  # the library checks them
+        for i, t in enumerate(dicts):  # each checked once (names, metaschema), naming tools[i]
+            _checked_dict_tool(i, json.dumps(t, sort_keys=True, default=str))
+        return [dict(t) for t in dicts]  # sent as given
     return [t.schema for t in as_tools(items).values()]
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_dict_tool(index: int, text: str) -> None:
+    """An OpenAI tool dict checked as ``as_tools`` checks it (its JSON text is the cache key: an
+    agent or a door sends the same tools on every turn)."""
+    try:
+        as_tool(json.loads(text))
+    except InvalidTool as e:
+        raise InvalidTool(f"tools[{index}]: {e}") from e.__cause__
 
 
 # llama-cpp-python's Llama(...) arguments: mapped (name -> ours), or refused with the reason.

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 import pydantic
 import pytest
 
+import pyshim
+from pyshim._lib import ffi, lib
 from pyshim.errors import InvalidTool, ShimError
 from pyshim.tools import Tool, as_tool, as_tools, function_schema
 
@@ -259,3 +261,19 @@ def test_a_dict_tool_with_a_bad_schema_or_name_is_refused_naming_its_place() -> 
     spaced = {"type": "function", "function": {"name": "get weather", "parameters": {"type": "object"}}}
     with pytest.raises(InvalidTool, match="not a valid tool name"):
         as_tools([spaced])
+
+
+def test_generate_checks_dict_tools_up_front_and_so_does_the_library(smol: pyshim.Model) -> None:
+    """Model.generate sends dict tools as given, but checked first (a typo in a schema named by
+    tool and path, not by llama.cpp's grammar builder); the C ABI refuses a name with a space."""
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+           "properties": {"city": {"type": "strin"}}}}}  # fmt: skip
+    with pytest.raises(InvalidTool, match=r"tools\[0\]: tool 'f': parameters\.properties\.city\.type"):
+        smol.generate("hi", [bad], max_tokens=1)
+    spaced = [{"type": "function", "function": {"name": "get weather", "parameters": {"type": "object"}}}]
+    with pytest.raises(InvalidTool, match="not a valid tool name"):
+        smol.generate("hi", spaced, max_tokens=1)
+    ptr = lib().el_generate(smol.handle, b'[{"role": "user", "content": "hi"}]', json.dumps(spaced).encode(), ffi.NULL)
+    answer = json.loads(ffi.string(ptr).decode())
+    lib().el_free(ptr)
+    assert answer["code"] == 2 and 'tools[0].function.name "get weather"' in answer["error"]
