@@ -139,9 +139,12 @@ async def relay(
 ) -> AsyncGenerator[str, None]:
     """The SSE body of a streamed call in its API's events: the opening events in one write with the
     first delta that says something, one write per such delta after, the closing events; an error
-    after the 200 went out travels as the API's error event."""
+    after the 200 went out travels as the API's error event. The closing events (or the error) go
+    out only once the call has ended and been counted: a client that reads them and sends its next
+    request at once finds the call gone (its place in the per-key bound free, /metrics counted)."""
     counted = False
     first_at: float | None = None
+    tail = ""
     try:
         head = events.start()
         while delta is not None:
@@ -153,9 +156,9 @@ async def relay(
         assert stream.result is not None
         metrics.generation(stream.result, started, first_at)
         counted = True
-        yield head + events.finish(stream.result)
+        tail = head + events.finish(stream.result)
     except Exception as e:
-        yield events.error(api_error(e))
+        tail = events.error(api_error(e))
     finally:
         # Starlette cancels a stream whose client left, and anyio keeps cancelling every await in
         # its scope: the stop and the count are shielded, so that the call ends and is counted.
@@ -163,3 +166,4 @@ async def relay(
             await stream.aclose()
         if not counted and stream.result is not None:  # ended by the client's disconnect: it counts too
             metrics.generation(stream.result, started, first_at)
+    yield tail

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
@@ -38,11 +38,11 @@ from starlette.routing import Route
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
 from .door_limits import PerClientLimit, bounded_protocol
-from .door_relay import ClientGone, EventStream, api_error, first_delta, relay, unless_disconnected
+from .door_relay import ClientGone, Events, EventStream, api_error, first_delta, relay, unless_disconnected
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .model import Model
-from .openai_api import ApiError, ChatRequest, ChatStream, Completion, error_body, key_scope, parse_request
-from .shapes import as_options
+from .openai_api import ApiError, ChatRequest, ChatStream, Completion, DoorCall, error_body, key_scope, parse_request
+from .shapes import Delta, as_options
 
 __all__ = ["Door", "Settings", "create_app", "serve"]
 
@@ -211,20 +211,18 @@ def _model_ms(result: Any) -> float:
     return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
 
 
-async def _generate(
-    door: Door, request: Request, started: float, model: Model, messages: list[Any], tools: Any, options: Any
-) -> Any:
-    """One non-streamed generation, and the repeat guard (pyshim/repeats.py): a turn whose calls
-    all repeat calls already answered, with tool_choice auto, is asked once more, with the
-    question and the results restated and tools off, as pyshim.Agent does. Small models otherwise
-    repeat the same call until the client's loop gives up (``serve --keep-repeated-calls`` turns
-    it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A streamed call is not guarded:
-    its call has gone out before it is known to be a repeat. Each generation is counted in
-    /metrics."""
-    result = await unless_disconnected(request, aio.agenerate(model, messages, tools, **options))
+async def _generate(door: Door, request: Request, started: float, model: Model, call: DoorCall, guard: bool) -> Any:
+    """One non-streamed generation, counted in /metrics, and the repeat guard (pyshim/repeats.py)
+    where ``guard``: a turn whose calls all repeat calls already answered, with tool_choice auto, is
+    asked once more, with the question and the results restated and tools off, as pyshim.Agent
+    does. Small models otherwise repeat the same call until the client's loop gives up (``serve
+    --keep-repeated-calls`` turns it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A
+    streamed call is not guarded: its call has gone out before it is known to be a repeat."""
+    messages, tools, options = call.messages, call.tools, call.options
+    result = await unless_disconnected(request, aio.agenerate(model, messages, tools, **as_options(options)))
     door.metrics.generation(result, started)
     choice = options.get("tool_choice", "auto")
-    if not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
+    if not guard or not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
         return result
     spent = _model_ms(result)
     turn = [*messages, repeats.nudge(messages)]
@@ -247,96 +245,159 @@ def _timed(response: Response, started: float, result: Any) -> Response:
     return response
 
 
-async def chat_completions(request: Request) -> Response:
+class _Api(Protocol):
+    """One API the door speaks, over the one route body (``_serve``): whose key a request carries,
+    its body as the library's call, its whole answer, its stream's events and its error's shape.
+    A new one per request (the translators keep the response's id and what the stream opened)."""
+
+    def scope(self, request: Request) -> str: ...
+    def parse(self, request: Request, body: Any, scope: str) -> DoorCall: ...
+    def guarded(self) -> bool: ...
+    def answer(self, result: Any) -> Any: ...
+    def events(self, first: Delta | None) -> Events: ...
+    def error(self, err: ApiError) -> Response: ...
+
+
+async def _serve(request: Request, api: _Api) -> Response:
+    """Every generating route: the key, the body read within its bound, the API's call, then the
+    whole answer, or the stream once its first delta is in (so that a refusal keeps its own
+    status), through the one relay."""
     started = time.perf_counter()
     door: Door = request.app.state.door
-    scope = door.check_key(request)
-    model = door.ready()
-    req: ChatRequest = parse_request(
-        await _read_json(request, door.settings.max_request_bytes), request.headers.get("x-session-id")
-    )
-    req.options["scope"] = scope
-    door.check_model(req.model)
-    comp = Completion(door.settings.name)
     try:
-        if not req.stream:
-            result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
-            return _timed(JSONResponse(comp.response(result)), started, result)
-        stream, deltas, first = await first_delta(request, model, req)
-        events = ChatStream(comp, req.include_usage)
-        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
+        scope = api.scope(request)
+        model = door.ready()
+        call = api.parse(request, await _read_json(request, door.settings.max_request_bytes), scope)
+        call.options["scope"] = scope
+        door.check_model(call.model)
+        if not call.stream:
+            result = await _generate(door, request, started, model, call, api.guarded())
+            return _timed(JSONResponse(api.answer(result)), started, result)
+        stream, deltas, first = await first_delta(request, model, call)
+        return EventStream(relay(door.metrics, started, api.events(first), stream, deltas, first))
     except ClientGone:
         return Response(status_code=499)  # nobody reads it; uvicorn drops it
     except Exception as e:  # answered here: Starlette's catch-all handler would also drop the connection
-        return _error_response(e)
+        return api.error(api_error(e))
 
 
-async def anthropic_messages(request: Request) -> Response:
-    """``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic's Messages API, with its
-    key headers and error shape (the translation is pyshim/anthropic_api.py)."""
-    started = time.perf_counter()
-    door: Door = request.app.state.door
-    try:
-        key = anthropic_api.api_key(request.headers)
-        if not door.key_ok(key) or (key is None and door.keys()):
+def _openai_error(err: ApiError) -> Response:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+@dataclass
+class _Chat:
+    """``POST /v1/chat/completions`` (pyshim/openai_api.py translates)."""
+
+    door: Door
+    comp: Completion = field(init=False)
+    call: ChatRequest = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.comp = Completion(self.door.settings.name)
+
+    def scope(self, request: Request) -> str:
+        return self.door.check_key(request)
+
+    def parse(self, request: Request, body: Any, scope: str) -> DoorCall:
+        self.call = parse_request(body, request.headers.get("x-session-id"))
+        return self.call
+
+    def guarded(self) -> bool:
+        return True
+
+    def answer(self, result: Any) -> Any:
+        return self.comp.response(result)
+
+    def events(self, first: Delta | None) -> Events:
+        return ChatStream(self.comp, self.call.include_usage)
+
+    error = staticmethod(_openai_error)
+
+
+@dataclass
+class _Messages:
+    """``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic's Messages API, with its key
+    headers and error shape (pyshim/anthropic_api.py translates); counting is not guarded."""
+
+    door: Door
+    counting: bool
+    key: str | None = None
+    msg: anthropic_api.Message = field(init=False)
+
+    def scope(self, request: Request) -> str:
+        self.key = anthropic_api.api_key(request.headers)
+        if not self.door.key_ok(self.key) or (self.key is None and self.door.keys()):
             raise ApiError(401, "invalid x-api-key")
-        model = door.ready()
-        counting = request.url.path.endswith("/count_tokens")
-        body = await _read_json(request, door.settings.max_request_bytes)
-        req = anthropic_api.parse_request(body, request.headers.get("x-session-id"), key, count=counting)
-        req.options["scope"] = key_scope(key)
-        door.check_model(req.model)
-        msg = anthropic_api.Message(door.settings.name, req)
-        if not req.stream:
-            if counting:  # no repeat guard: nothing is answered
-                work = aio.agenerate(model, req.messages, req.tools, **req.options)
-                result = await unless_disconnected(request, work)
-            else:
-                result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
-            answer = anthropic_api.count_response(result) if counting else msg.response(result)
-            return _timed(JSONResponse(answer), started, result)
-        stream, deltas, first = await first_delta(request, model, req)
+        return key_scope(self.key)
 
+    def parse(self, request: Request, body: Any, scope: str) -> DoorCall:
+        call = anthropic_api.parse_request(body, request.headers.get("x-session-id"), self.key, count=self.counting)
+        self.msg = anthropic_api.Message(self.door.settings.name, call)
+        return call
+
+    def guarded(self) -> bool:
+        return not self.counting  # nothing is answered
+
+    def answer(self, result: Any) -> Any:
+        return anthropic_api.count_response(result) if self.counting else self.msg.response(result)
+
+    def events(self, first: Delta | None) -> Events:
         # message_start carries the input's tokens, which the first delta reports
-        events = anthropic_api.MessageStream(msg, first.get("prompt") if first is not None else None)
-        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
-    except ClientGone:
-        return Response(status_code=499)
-    except Exception as e:
-        answer, status = anthropic_api.error_response(api_error(e))
+        return anthropic_api.MessageStream(self.msg, first.get("prompt") if first is not None else None)
+
+    def error(self, err: ApiError) -> Response:
+        answer, status = anthropic_api.error_response(err)
         return JSONResponse(answer, status_code=status)
 
 
+@dataclass
+class _Responses:
+    """``POST /v1/responses``: OpenAI's Responses API (pyshim/responses_api.py translates); an
+    answered response is kept for ``previous_response_id`` unless ``store`` is false."""
+
+    door: Door
+    out: responses_api.Responder = field(init=False)
+    call: responses_api.ResponsesRequest = field(init=False)
+
+    def scope(self, request: Request) -> str:
+        return self.door.check_key(request)
+
+    def parse(self, request: Request, body: Any, scope: str) -> DoorCall:
+        self.out = responses_api.Responder(self.door.settings.name)
+        session = request.headers.get("x-session-id")
+        self.call = responses_api.parse_request(body, self.out.id, scope, self.door.responses, session)
+        return self.call
+
+    def guarded(self) -> bool:
+        return True
+
+    def keep(self, result: Any, answer: dict[str, Any]) -> None:
+        if self.call.store:
+            self.door.responses.put(self.out.id, self.out.stored(self.call, result, answer))
+
+    def answer(self, result: Any) -> Any:
+        answer = self.out.response(self.call, result)
+        self.keep(result, answer)
+        return answer
+
+    def events(self, first: Delta | None) -> Events:
+        return responses_api.ResponseStream(self.out, self.call, self.keep)
+
+    error = staticmethod(_openai_error)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _serve(request, _Chat(request.app.state.door))
+
+
+async def anthropic_messages(request: Request) -> Response:
+    counting = request.url.path.endswith("/count_tokens")
+    return await _serve(request, _Messages(request.app.state.door, counting))
+
+
 async def responses(request: Request) -> Response:
-    """``POST /v1/responses``: OpenAI's Responses API (the translation is pyshim/responses_api.py);
-    an answered response is kept for ``previous_response_id`` unless ``store`` is false."""
-    started = time.perf_counter()
-    door: Door = request.app.state.door
-    try:
-        scope = door.check_key(request)
-        model = door.ready()
-        body = await _read_json(request, door.settings.max_request_bytes)
-        out = responses_api.Responder(door.settings.name)
-        req = responses_api.parse_request(body, out.id, scope, door.responses, request.headers.get("x-session-id"))
-        req.options["scope"] = scope
-        door.check_model(req.model)
-        if not req.stream:
-            result = await _generate(door, request, started, model, req.messages, req.tools, req.options)
-            answer = out.response(req, result)
-            if req.store:
-                door.responses.put(out.id, out.stored(req, result, answer))
-            return _timed(JSONResponse(answer), started, result)
-        stream, deltas, first = await first_delta(request, model, req)
-
-        def keep(result: Any, answer: dict[str, Any]) -> None:
-            door.responses.put(out.id, out.stored(req, result, answer))
-
-        events = responses_api.ResponseStream(out, req, keep if req.store else None)
-        return EventStream(relay(door.metrics, started, events, stream, deltas, first))
-    except ClientGone:
-        return Response(status_code=499)
-    except Exception as e:
-        return _error_response(e)
+    return await _serve(request, _Responses(request.app.state.door))
 
 
 async def stored_response(request: Request) -> Response:

@@ -32,10 +32,21 @@ def main() -> int:
             modules.append(Path(tmp) / f"readme_block_{i}.py")
             modules[-1].write_text(block)
         config = Path(tmp) / "pyrightconfig.json"
-        config.write_text(json.dumps({"typeCheckingMode": "strict", "pythonVersion": "3.11", "extraPaths": [str(ROOT)]}))
+        config.write_text(
+            json.dumps({"typeCheckingMode": "strict", "pythonVersion": "3.11", "extraPaths": [str(ROOT)]})
+        )
         checks = [
             [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *map(str, modules)],
-            [sys.executable, "-m", "basedpyright", "--pythonpath", sys.executable, "--project", str(config), *map(str, modules)],
+            [
+                sys.executable,
+                "-m",
+                "basedpyright",
+                "--pythonpath",
+                sys.executable,
+                "--project",
+                str(config),
+                *map(str, modules),
+            ],
         ]
         failed = 0
         for cmd in checks:
