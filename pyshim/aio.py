@@ -23,7 +23,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from typing import Any, Protocol, Unpack
 
 from .errors import ClosedModel, ShimError
-from .shapes import Delta, Embeddings, EmbedInput, GenerateOptions, Message, Result, ToolSpec, cancelled_result
+from .shapes import (
+    Delta,
+    Embeddings,
+    EmbedInput,
+    GenerateOptions,
+    Message,
+    Result,
+    ToolSpec,
+    cancelled_result,
+    owner_key,
+)
 
 
 class ModelLike(Protocol):
@@ -189,10 +199,10 @@ async def agenerate(
 
     Cancelling the awaiting task cancels the generation and waits for the worker to return.
     """
-    session, scope = options.get("session"), options.get("scope")
-    if isinstance(scope, str) and isinstance(session, str) and session:
-        session = f"{len(scope)}:{scope}{session}"  # two scopes' sessions of one name: a slot each
-    g, call = gate(model), Call(session if isinstance(session, str) else None)
+    # the call's owner as the library reads it: a call naming no scope is in the Model's default one
+    session, scope = options.get("session"), options.get("scope", model.config.get("scope"))
+    owner = owner_key(scope if isinstance(scope, str) else None, session) if isinstance(session, str) else None
+    g, call = gate(model), Call(owner)
     if request_id := options.get("request_id"):
         call.request_id = str(request_id)
     await g.enter(call)

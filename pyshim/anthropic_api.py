@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, DoorCall, key_scope, unknown_key
+from .openai_api import ApiError, DoorCall, unknown_key
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -87,11 +87,6 @@ def api_key(headers: Mapping[str, str]) -> str | None:
         return key.strip()
     scheme, _, token = headers.get("authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
-def session_name(session: str, key: str | None) -> str:
-    """The library's session for a client's: within a digest of its API key."""
-    return f"anthropic:{key_scope(key)}:{session}"
 
 
 @dataclass(kw_only=True)
@@ -312,7 +307,7 @@ def parse_request(
     if choice is not None:
         _tool_choice(choice, options)
     if session:
-        options["session"] = session_name(session, key)
+        options["session"] = session  # within the key's scope, which the route gives every call
     stream = bool(_expect(body, "stream", bool, "a boolean")) and not count
     return MessagesRequest(
         model=model, messages=messages, tools=tools or None, options=options, stream=stream, prefill=prefill,

@@ -232,7 +232,12 @@ def add_serve_parser(sub: Any) -> None:
         description="Serve MODEL at http://HOST:PORT/v1 (POST /v1/chat/completions, GET /v1/models, GET /health). "
         "Without an API key the server is unauthenticated: anyone who can reach the port can use it.",
     )
-    ps.add_argument("model", nargs="?", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    ps.add_argument(
+        "model",
+        nargs="?",
+        default=models.DEFAULT,
+        help="catalogue name, path to a .gguf file, or hf://org/repo/file.gguf",
+    )
     ps.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     ps.add_argument("--port", type=int, default=8000)
     ps.add_argument("--name", help="the model id clients use (default: the catalogue name or the file's stem)")
@@ -357,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pc = sub.add_parser("chat", help="chat with a model (interactive, or one-shot with a prompt)")
     pc.add_argument("prompt", nargs="?", help="answer this one message and exit (default: an interactive chat)")
-    pc.add_argument("--model", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    pc.add_argument(
+        "--model", default=models.DEFAULT, help="catalogue name, path to a .gguf file, or hf://org/repo/file.gguf"
+    )
     pc.add_argument("--system", help="a system message that opens the conversation")
     pc.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (older turns go when it fills)")
     pc.add_argument("--max-tokens", type=int, default=512, help="longest reply, in tokens (a cut reply is marked)")
@@ -367,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pd = sub.add_parser("demo", help="run the demo agent with calculator, unit-conversion and file tools")
     pd.add_argument("task", nargs="?", default=DEMO_TASK, help="what to ask the agent")
-    pd.add_argument("--model", default=models.DEFAULT, help="catalogue name or path to a .gguf file")
+    pd.add_argument(
+        "--model", default=models.DEFAULT, help="catalogue name, path to a .gguf file, or hf://org/repo/file.gguf"
+    )
     pd.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
     pd.add_argument("--max-steps", type=int, default=6, help="model turns before the agent gives up")
     pd.add_argument(

@@ -296,9 +296,10 @@ def parse_request(
     named = session or body.get("prompt_cache_key")
     if named is not None and not isinstance(named, str):
         raise _bad("'prompt_cache_key' must be a string", "prompt_cache_key", "invalid_type")
-    chain = chain_session or (f"responses:{scope}:{named}" if named else None)
+    # the session within the key's scope, which the route gives every call (the library keys both)
+    chain = chain_session or named
     if chain is None and keep:
-        chain = f"responses:{scope}:{response_id}"  # so that a follow-up finds this conversation's slot
+        chain = f"response:{response_id}"  # so that a follow-up finds this conversation's slot
     if chain is not None:
         options["session"] = chain
     echo = {

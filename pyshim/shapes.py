@@ -122,6 +122,13 @@ class GenerateOptions(TypedDict, total=False):
     _test: dict[str, Any]
 
 
+def owner_key(scope: str | None, session: str) -> str:
+    """Whose cached state a call's is, as the library keys it (native/owner.h ``Owner::key``): the
+    session within its trust scope (``None``: in no scope). The one spelling of it in Python: the
+    asyncio gate serializes calls of one owner by it, as the library's slots do."""
+    return (f"s{len(scope)}:{scope}" if scope is not None else "-") + session
+
+
 def as_options(options: Mapping[str, Any]) -> GenerateOptions:
     """Options built at run time (a door's request, an agent's turn), as the typed keywords; the
     library checks every key and value."""

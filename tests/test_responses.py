@@ -283,7 +283,7 @@ def test_request_mapping() -> None:
     assert req.options["response_format"]["json_schema"]["schema"] == {"type": "object"}
     assert req.options["max_tokens"] == 9 and req.options["logprobs"] is True
     assert req.options["parallel_tool_calls"] is False and req.conversation == req.messages[1:]
-    assert req.options["session"] == "responses:scope:resp_1" and req.echo["metadata"] == {"k": "v"}
+    assert req.options["session"] == "response:resp_1" and req.echo["metadata"] == {"k": "v"}
 
 
 def test_follow_ups_drop_the_instructions_and_stay_in_their_scope() -> None:
