@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, DoorCall, unknown_key
+from .openai_api import ApiError, DoorCall, sse, unknown_key
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -406,8 +406,8 @@ def _common_prefix(a: str, b: str) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def sse(event: str, data: Any) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+def _sse(event: str, data: Any) -> str:
+    return sse(data, event)
 
 
 class MessageStream:
@@ -432,24 +432,24 @@ class MessageStream:
         n_prompt, reused = int((prompt or {}).get("n_prompt", 0)), int((prompt or {}).get("n_reused", 0))
         usage = {"input_tokens": n_prompt - reused, "cache_creation_input_tokens": 0,
                  "cache_read_input_tokens": reused, "output_tokens": 0}  # fmt: skip
-        return sse("message_start", {"type": "message_start", "message": self.message.envelope([], None, None, usage)})
+        return _sse("message_start", {"type": "message_start", "message": self.message.envelope([], None, None, usage)})
 
     def _close(self) -> str:
         if self._open is None:
             return ""
         self._open = None
-        return sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        return _sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
 
     def _begin(self, kind: str, block: dict[str, Any]) -> str:
         out = self._close()
         self._index += 1
         self._open = kind
-        return out + sse(
+        return out + _sse(
             "content_block_start", {"type": "content_block_start", "index": self._index, "content_block": block}
         )
 
     def _delta(self, index: int, delta: dict[str, Any]) -> str:
-        return sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        return _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
     def delta(self, delta: Mapping[str, Any]) -> str:
         """The events of one library delta; a ``ping`` for prompt progress (no text yet)."""
@@ -474,7 +474,7 @@ class MessageStream:
             if args and index is not None:
                 out.append(self._delta(index, {"type": "input_json_delta", "partial_json": args}))
         if not out and "prompt_progress" in delta:
-            out.append(sse("ping", {"type": "ping"}))
+            out.append(_sse("ping", {"type": "ping"}))
         return "".join(out)
 
     def finish(self, result: Mapping[str, Any]) -> str:
@@ -484,7 +484,7 @@ class MessageStream:
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
             "usage": usage(result),
         }
-        return self._close() + sse("message_delta", end) + sse("message_stop", {"type": "message_stop"})
+        return self._close() + _sse("message_delta", end) + _sse("message_stop", {"type": "message_stop"})
 
     def error(self, err: ApiError) -> str:
-        return sse("error", error_response(err)[0])
+        return _sse("error", error_response(err)[0])

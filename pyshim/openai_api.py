@@ -311,9 +311,11 @@ class Completion:
         return self._envelope("chat.completion.chunk", [], _usage(result))
 
 
-def sse(obj: Any) -> str:
-    """One server-sent event of OpenAI's streams: a ``data:`` line of JSON."""
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+def sse(data: Any, event: str | None = None) -> str:
+    """One server-sent event, as every API the door speaks frames it: an ``event:`` line where the
+    API names its events (Anthropic, Responses), and a ``data:`` line of JSON."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 class ChatStream:

@@ -39,7 +39,6 @@ The mapping:
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections import OrderedDict
@@ -47,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .openai_api import ApiError, DoorCall, check_known, check_limits, openai_logprobs
+from .openai_api import ApiError, DoorCall, check_known, check_limits, openai_logprobs, sse
 
 __all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
@@ -435,7 +434,7 @@ class ResponseStream:
     def _event(self, kind: str, **data: Any) -> str:
         payload = {"type": kind, "sequence_number": self.seq, **data}
         self.seq += 1
-        return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+        return sse(payload, kind)
 
     def start(self) -> str:
         head = self.r.envelope(self.req, "in_progress", [], None)
