@@ -193,9 +193,12 @@ async def agenerate(
     tools: Sequence[ToolSpec] | None = None,
     *,
     on_delta: Callable[[Delta], object] | None = None,
+    on_cancelled: Callable[[Result], object] | None = None,
     **options: Unpack[GenerateOptions],
 ) -> Result:
-    """``Model.generate`` as a coroutine. ``on_delta`` runs in the worker thread.
+    """``Model.generate`` as a coroutine. ``on_delta`` runs in the worker thread; ``on_cancelled``
+    gets the result of a call this task's cancellation stopped (finish_reason "cancelled", with what
+    it evaluated and wrote), once it has returned.
 
     Cancelling the awaiting task cancels the generation and waits for the worker to return.
     """
@@ -231,6 +234,8 @@ async def agenerate(
         g.cancel(call)
         while not worker.done():
             await asyncio.wait({worker}, timeout=_POLL_S)
+        if on_cancelled is not None and not worker.cancelled() and worker.exception() is None:
+            on_cancelled(worker.result())
         raise
 
 

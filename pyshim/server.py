@@ -219,14 +219,19 @@ async def _generate(door: Door, request: Request, started: float, model: Model, 
     --keep-repeated-calls`` turns it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A
     streamed call is not guarded: its call has gone out before it is known to be a repeat."""
     messages, tools, options = call.messages, call.tools, call.options
-    result = await unless_disconnected(request, aio.agenerate(model, messages, tools, **as_options(options)))
+
+    def left(result: Any) -> None:  # a call its client left is counted too ("cancelled", with its tokens)
+        door.metrics.generation(result, started)
+
+    work = aio.agenerate(model, messages, tools, on_cancelled=left, **as_options(options))
+    result = await unless_disconnected(request, work)
     door.metrics.generation(result, started)
     choice = options.get("tool_choice", "auto")
     if not guard or not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
         return result
     spent = _model_ms(result)
     turn = [*messages, repeats.nudge(messages)]
-    work = aio.agenerate(model, turn, tools, **as_options({**options, "tool_choice": "none"}))
+    work = aio.agenerate(model, turn, tools, on_cancelled=left, **as_options({**options, "tool_choice": "none"}))
     result = await unless_disconnected(request, work)
     door.metrics.generation(result, started)
     return {**result, "_repeat_nudges": 1, "_model_ms": spent + _model_ms(result)}

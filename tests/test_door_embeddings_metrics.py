@@ -154,3 +154,19 @@ def test_a_stream_its_client_left_is_counted(url: str) -> None:
     )
     assert moved == 1
     assert after["pyshim_completion_tokens_total"] - before["pyshim_completion_tokens_total"] >= 2
+
+
+def test_a_whole_answer_its_client_left_is_counted(url: str) -> None:
+    """The same for a call answered whole: the client gives up waiting (a read timeout), the door
+    stops the call, and /metrics counts it as cancelled with the tokens it wrote."""
+    before = scrape(url)
+    body = {"model": SMOL, "messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 2000,
+            "ignore_eos": True}  # fmt: skip
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"}, timeout=1.5)
+    key = "pyshim_generations_total{finish_reason=cancelled}"
+    deadline = time.monotonic() + 30
+    while (after := scrape(url)).get(key, 0) <= before.get(key, 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert after.get(key, 0) - before.get(key, 0) == 1
+    assert after["pyshim_completion_tokens_total"] - before["pyshim_completion_tokens_total"] >= 2
