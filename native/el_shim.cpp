@@ -139,17 +139,27 @@ std::shared_ptr<Engine> lookup(el_handle * h, const char ** why = nullptr) {
     return it->second;
 }
 
+// The error object of the exception in flight; only inside a catch block. `other` classes an
+// exception that is not an el::Error (error.h).
+std::string current_error(el_code other) {
+    try {
+        throw;
+    } catch (const std::bad_alloc &) {
+        return error_json(EL_E_NO_MEMORY, "out of memory");
+    } catch (const std::exception & e) {
+        return error_of(e, other);
+    } catch (...) {
+        return error_json(EL_E_INTERNAL, "unknown internal error");
+    }
+}
+
 // The one place where exceptions stop: everything below the C ABI may throw.
 template <typename F> char * guarded(F && body) {
     std::string out;
     try {
         out = body();
-    } catch (const std::bad_alloc &) {
-        out = error_json(EL_E_NO_MEMORY, "out of memory");
-    } catch (const std::exception & e) {
-        out = error_of(e, EL_E_INTERNAL);
     } catch (...) {
-        out = error_json(EL_E_INTERNAL, "unknown internal error");
+        out = current_error(EL_E_INTERNAL);
     }
     char * s = to_c_string(out);
     return s != nullptr ? s : to_c_string("{\"error\":\"out of memory\",\"code\":11}");
@@ -161,12 +171,8 @@ template <typename F> int checked(F && body) {
         body();
         t_last_error = "{}";
         return 0;
-    } catch (const std::bad_alloc &) {
-        t_last_error = error_json(EL_E_NO_MEMORY, "out of memory");
-    } catch (const std::exception & e) {
-        t_last_error = error_of(e, EL_E_INTERNAL);
     } catch (...) {
-        t_last_error = error_json(EL_E_INTERNAL, "unknown internal error");
+        t_last_error = current_error(EL_E_INTERNAL);
     }
     return -1;
 }
@@ -233,12 +239,8 @@ EL_API el_handle * el_open(const char * config_json) {
         g_registry.emplace(id, std::move(e));
         t_last_error = "{}";
         return reinterpret_cast<el_handle *>(id);
-    } catch (const std::bad_alloc &) {
-        t_last_error = error_json(EL_E_NO_MEMORY, "out of memory while opening the model");
-    } catch (const std::exception & e) {
-        t_last_error = error_of(e, EL_E_LOAD);  // llama.cpp's own throws while loading
     } catch (...) {
-        t_last_error = error_json(EL_E_INTERNAL, "unknown internal error");
+        t_last_error = current_error(EL_E_LOAD);  // llama.cpp's own throws while loading
     }
     return nullptr;
 }
