@@ -50,7 +50,7 @@ from typing import Any
 
 from bench.common.fixtures import PEER_MODELS, TOOLS, desk_conversations
 from bench.common.host import machine, worker
-from bench.common.markdown import produced_by, table_head
+from bench.common.markdown import opening, table_head
 from bench.common.provenance import ROOT, args_command, stamp
 from bench.common.stats import median_spread
 from bench.common.systems import (
@@ -327,8 +327,7 @@ def ratio_table(data: dict[str, Any]) -> list[str]:
         "latency ratio below 1 and a tokens/s ratio above 1 favour the subject; · marks a ratio whose "
         "spread over the repetitions includes 1 (no difference the run can resolve).",
         "",
-        "| model | workload | subject / baseline | " + " | ".join(h for _, h in RATIOS) + " |",
-        "|---|---|---|" + "---:|" * len(RATIOS),
+        *table_head(" | ".join(["model", "workload", "subject / baseline", *(h for _, h in RATIOS)]), left=3),
     ]
     for m in data["models"]:
         for w in data["workloads"]:
@@ -348,10 +347,7 @@ def mode_table(data: dict[str, Any]) -> list[str]:
     out = [
         f"## Per mode (median of {data['reps']} repetitions, min–max)",
         "",
-        "| model | workload | mode | n_seq | turns | total wall s | decoded tokens | decoded tok/s over the wall "
-        "| prompt tokens evaluated | median turn latency ms | median per-turn decode tok/s "
-        "| calls in flight | peak RSS MiB |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *table_head(MODE_HEAD, left=3),
     ]
     for m, w, mode in ((m, w, mode) for m in data["models"] for w in data["workloads"] for mode in data["modes"]):
         if runs := find(data, m, w, mode):
@@ -398,6 +394,27 @@ def rates_table(data: dict[str, Any]) -> list[str]:
     return [*out, "", *floor_table(data), *depth_table(data)]
 
 
+# The two engine tables' columns.
+
+
+# The tables' columns.
+MODE_HEAD = (
+    "model | workload | mode | n_seq | turns | total wall s | decoded tokens | decoded tok/s over the wall "
+    "| prompt tokens evaluated | median turn latency ms | median per-turn decode tok/s | calls in flight "
+    "| peak RSS MiB"
+)
+FLOOR_HEAD = (
+    "model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at "
+    "once | most the wall ratio can be | pyshim concurrent / serialized (decoded tok/s over the wall) | "
+    "pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor"
+)
+DEPTH_HEAD = (
+    "model | workload | decode tok/s, serialized (batched-bench: 1 sequence) | decode tok/s, concurrent "
+    "(batched-bench: 4 sequences) | concurrent / serialized (batched-bench: 4 / 1) | prompt s, serialized "
+    "/ concurrent | evaluator busy, serialized / concurrent"
+)
+
+
 def floor_table(data: dict[str, Any]) -> list[str]:
     """The least wall the shallow rates allow each workload, one call at a time and 4 at once."""
     out = [
@@ -407,11 +424,7 @@ def floor_table(data: dict[str, Any]) -> list[str]:
         "Shallow, both rates are at their best, so no scheduler reaches a floor; the quotient of the two floors "
         "is about the most that running the 4 sessions at once can give over the wall.",
         "",
-        *table_head(
-            "model | workload | prompt tokens evaluated | decoded tokens | floor, one at a time | floor, 4 at "
-            "once | most the wall ratio can be | pyshim concurrent / serialized (decoded tok/s over the wall) | "
-            "pyshim-concurrent wall / its floor | llama-server-np4 wall / the same floor"
-        ),
+        *table_head(FLOOR_HEAD),
     ]
     for m, rows in data["engine_rates"].items():
         by = rates_by(rows, RATE_PP)
@@ -443,11 +456,7 @@ def depth_table(data: dict[str, Any]) -> list[str]:
         "pyshim's evaluator thread spent in llama_decode (prompt batches and decode steps): the rest is all "
         "that any scheduling of the calls could take back.",
         "",
-        *table_head(
-            "model | workload | decode tok/s, serialized (batched-bench: 1 sequence) | decode tok/s, concurrent "
-            "(batched-bench: 4 sequences) | concurrent / serialized (batched-bench: 4 / 1) | prompt s, serialized "
-            "/ concurrent | evaluator busy, serialized / concurrent"
-        ),
+        *table_head(DEPTH_HEAD),
     ]
     for m, rows in data["engine_rates"].items():
         deep = rates_by(rows, RATE_PP_DEEP)
@@ -469,18 +478,16 @@ def depth_table(data: dict[str, Any]) -> list[str]:
 
 
 def report(data: dict[str, Any]) -> str:
-    out = [
-        "# Four agent sessions at once on one handle",
-        "",
-        f"{produced_by(data)}: every "
-        f"figure below comes from that run. {data['n_sessions']} sessions of bench.peers' interleaved agent "
+    out = opening("Four agent sessions at once on one handle", data)
+    out[-1] += (
+        f" {data['n_sessions']} sessions of bench.peers' interleaved agent "
         f"conversations, two workloads: **agent** (up to {data['workloads']['agent'][0]} tokens per turn, as "
         f"bench.peers: mostly prompt) and **answers** (exactly {data['workloads']['answers'][0]} tokens per "
         f"turn: mostly decoding); greedy, {data['threads']} threads, "
         f"{data['n_ctx']} tokens of context per slot; each (repetition, model, mode) in a process of its own, "
-        "repetition k of every mode before repetition k+1 of any.",
-        "",
-    ]
+        "repetition k of every mode before repetition k+1 of any."
+    )
+    out += [""]
     out += ratio_table(data)
     out += rates_table(data)
     out += mode_table(data)

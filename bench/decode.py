@@ -23,7 +23,7 @@ from typing import Any
 import pyshim
 from bench.common.fixtures import PEER_MODELS, TOOLS
 from bench.common.host import llama_bench, machine
-from bench.common.markdown import produced_by
+from bench.common.markdown import opening, table_head
 from bench.common.provenance import args_command, stamp
 from bench.common.systems import THREADS
 from pyshim import models
@@ -87,18 +87,13 @@ def measure(name: str, reps: int) -> dict[str, Any]:
 
 
 def report(data: dict[str, Any]) -> str:
-    lines = [
-        "# Decode with sampling and tools, beside llama-bench tg128",
-        "",
-        f"{produced_by(data)}: every figure below "
-        f"comes from that run. {THREADS} threads, {N_OUT} tokens from an empty cache, {data['reps']} "
-        "repetitions, the modes taking turns within each. Rate: tokens evaluated after the first over "
-        "the library's `ms_decode`; share: that rate's median over tg128's mean (in brackets, the range "
-        "of the repetitions over tg128's mean).",
-        "",
-        "| model | mode | decode tok/s, median (min–max) | of tg128 | tokens decoded (min–max) |",
-        "|---|---|---:|---:|---:|",
-    ]
+    lines = opening("Decode with sampling and tools, beside llama-bench tg128", data)
+    lines[-1] += (
+        f" {THREADS} threads, {N_OUT} tokens from an empty cache, {data['reps']} repetitions, the modes taking "
+        "turns within each. Rate: tokens evaluated after the first over the library's `ms_decode`; share: "
+        "that rate's median over tg128's mean (in brackets, the range of the repetitions over tg128's mean)."
+    )
+    lines += ["", *table_head("model | mode | decode tok/s, median (min–max) | of tg128 | tokens decoded (min–max)")]
     for name, res in data["models"].items():
         tg = res["tg128"]
         lines.append(

@@ -152,6 +152,13 @@ def _parts(text: list[dict[str, str]]) -> str | list[dict[str, str]]:
     return text[0]["text"] if len(text) == 1 else text
 
 
+def _text_block(block: Mapping[str, Any], where: str) -> str:
+    """A text block's text, which must be a string."""
+    if not isinstance(block.get("text"), str):
+        raise _bad(f"{where}.text: must be a string")
+    return str(block["text"])
+
+
 def _user(content: Any, where: str) -> list[dict[str, Any]]:
     """A user turn: its text as a user message, each tool_result as a tool message, in order."""
     out: list[dict[str, Any]] = []
@@ -159,9 +166,7 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
     for i, block in enumerate(_blocks(content, where)):
         kind = block["type"]
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{where}.content.{i}.text: must be a string")
-            text.append({"type": "text", "text": block["text"]})
+            text.append({"type": "text", "text": _text_block(block, f"{where}.content.{i}")})
         elif kind == "tool_result":
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str):
@@ -187,9 +192,7 @@ def _assistant(content: Any, where: str) -> dict[str, Any]:
     for i, block in enumerate(_blocks(content, where)):
         kind = block["type"]
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise _bad(f"{where}.content.{i}.text: must be a string")
-            text.append(block["text"])
+            text.append(_text_block(block, f"{where}.content.{i}"))
         elif kind == "tool_use":
             name, call_id, args = block.get("name"), block.get("id"), block.get("input", {})
             if not isinstance(name, str) or not isinstance(call_id, str) or not isinstance(args, dict):

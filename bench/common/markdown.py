@@ -13,6 +13,11 @@ def produced_by(data: Mapping[str, Any]) -> str:
     return f"Produced by one invocation of `{data['command']}` on {data['machine']}{when}"
 
 
+def opening(title: str, data: Mapping[str, Any]) -> list[str]:
+    """A report's title, and the start of its first sentence: where every figure below comes from."""
+    return [f"# {title}", "", f"{produced_by(data)}: every figure below comes from that run."]
+
+
 def table_head(header: str, left: int = 2) -> list[str]:
     """A markdown table's header ("name | name | ...") and its rule: the first ``left`` columns
     left-aligned (names), the rest right-aligned (figures)."""
