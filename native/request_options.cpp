@@ -55,7 +55,7 @@ void check_tools(const json & tools) {
     }
 }
 
-void read_logit_bias(const json & opt, const llama_vocab * vocab, common_params_sampling & s) {
+void read_logit_bias(const json & opt, const llama_vocab * vocab, bool ignore_eos, common_params_sampling & s) {
     if (const json * bias = find(opt, "logit_bias")) {
         if (!bias->is_object()) {
             fail("\"logit_bias\" must be an object {\"<token id>\": bias}");
@@ -74,7 +74,7 @@ void read_logit_bias(const json & opt, const llama_vocab * vocab, common_params_
             s.logit_bias.push_back({(llama_token) id, std::clamp(it.value().get<float>(), -100.0f, 100.0f)});
         }
     }
-    if (get_bool(opt, "ignore_eos", false)) {
+    if (ignore_eos) {
         // Generate until max_tokens (benchmarks): no end-of-generation token can be sampled.
         for (llama_token t = 0; t < llama_vocab_n_tokens(vocab); t++) {
             if (llama_vocab_is_eog(vocab, t)) {
@@ -152,8 +152,8 @@ void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logpro
     } else if (find(opt, "top_logprobs") != nullptr) {
         fail("\"top_logprobs\" needs \"logprobs\": true");
     }
-    read_logit_bias(opt, m.vocab, s);
     r.ignore_eos = get_bool(opt, "ignore_eos", false);
+    read_logit_bias(opt, m.vocab, r.ignore_eos, s);
     if (const json * stop = find(opt, "stop")) {
         const json list = stop->is_array() ? *stop : json::array({*stop});
         if (list.size() > kMaxStops) {

@@ -41,10 +41,6 @@ class Handle:
             raise ClosedModel("the model is closed")
         return ptr
 
-    @property
-    def closed(self) -> bool:
-        return self._ptr is None
-
     def close(self) -> None:
         """el_close: cancel what runs, wait for it, free everything. Idempotent."""
         ptr, self._ptr = self._ptr, None

@@ -31,7 +31,7 @@ def binary(build: bool = True) -> Path | None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def rss_bytes(pid: int) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import httpx
 
 from bench.common.fixtures import TOOLS
 from bench.common.provenance import ROOT
+from bench.common.rpc_servers import free_port
 
 PEERS = ROOT / "build-peers" / "bin"  # llama-bench, llama-server, libllama.so (make bench-peers)
 # llama-bench from the pinned tree with no patch (make peers-upstream): the upstream floors
@@ -175,12 +175,6 @@ class LlamaCppPython:
         self.llm.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LlamaServer:
     name = "llama-server"
 
@@ -306,9 +300,7 @@ def session(
 @contextmanager
 def door_server(model: str, n_ctx: int = 8192) -> Iterator[str]:
     """A ``pyshim serve`` process on a free port, killed on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "pyshim", "serve", model, "--port", str(port), "--log-level", "warning"]
     cmd += ["--n-ctx", str(n_ctx), "--temperature", "0"]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)})
