@@ -404,7 +404,7 @@ std::string Engine::decode(Prepared & p, std::unique_lock<std::mutex> & lock, De
         d.draft.clear();
         // Drafts only while the call runs alone: on a CPU a drafted row costs a share of a step
         // (speculation.h), and a shared step's cost is every call's wait; 0.72x for a call
-        // decoding beside one that drafted (docs/bench-speculative.md, before this rule).
+        // decoding beside one that drafted (make bench-speculative, before this rule).
         if (speculate && sched_->running() == 1 && p.pace.ready()) {
             const size_t left = std::min<size_t>((size_t) (p.req.max_tokens - (int32_t) p.rep.n_decoded),
                                                  (size_t) std::max<int64_t>(0, n_ctx_ - (int64_t) d.pos - 2));

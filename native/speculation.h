@@ -46,7 +46,7 @@ constexpr int32_t kDefaultM = 16;
 // accepted whole doubles the next one's length (up to size_m); one accepted in part sets it to
 // one more than the part accepted (at least kFirstDraft); and after a draft of which nothing
 // was accepted drafting pauses for 1, 2, 4 ... (at most 32) tokens, so text that does not
-// repeat its context pays for few tries. docs/bench-speculative.md measures it.
+// repeat its context pays for few tries. make bench-speculative measures it.
 constexpr size_t kFirstDraft = 2;
 
 struct DraftPace {

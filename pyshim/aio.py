@@ -103,7 +103,7 @@ class Gate:
         # One worker thread per slot. With one slot, every call runs on the same thread, and a
         # fixed calling thread keeps OpenMP's per-thread worker team (ggml computes with
         # OpenMP) warm: handed from one pool thread to another, the door's calls took ~45 %
-        # longer in the engine than the same calls in-process (docs/bench-door.md). With
+        # longer in the engine than the same calls in-process (make bench-door, when this was written). With
         # several, the library evaluates on a thread of its own anyway.
         self.worker = concurrent.futures.ThreadPoolExecutor(self.capacity, thread_name_prefix="pyshim-model")
         # Embed calls run one at a time in the library (el_embed): one thread of their own, so
@@ -294,7 +294,7 @@ class AsyncStream:
             # The first delta waits (a bounded while) until the reader has handled it: on a
             # machine whose cores all compute the next token, the event loop would otherwise
             # wait for a time slice before it can send the first token on (+4 ms to first
-            # token through the door, docs/bench-door.md). Later deltas never wait, so
+            # token through the door in make bench-door, when this was written). Later deltas never wait, so
             # decoding never waits for the reader.
             if not read.is_set():
                 read.wait(_FIRST_DELTA_WAIT_S)

@@ -58,7 +58,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     ``work`` runs in this task, watched by one small task: after a long generation this
     interpreter's code is cold in the CPU caches, and every task, wait set and callback less
-    is time the client does not wait (docs/bench-door.md)."""
+    is time the client does not wait (make bench-door measures the door's own cost)."""
     handler = asyncio.current_task()
     assert handler is not None
     gone = False
