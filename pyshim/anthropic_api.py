@@ -262,8 +262,6 @@ def parse_request(
         key, hint = found  # Anthropic's own wording for a field it does not take
         raise _bad(f"{key}: Extra inputs are not permitted{hint}")
     model = _expect(body, "model", str, "a string")
-    if model is None:
-        raise _bad("model: field required")
     max_tokens = _expect(body, "max_tokens", int, "an integer")
     if count:
         max_tokens = 1

@@ -25,7 +25,7 @@ ENCODINGS = ("float", "base64")
 
 @dataclass
 class EmbeddingsRequest:
-    model: str
+    model: str | None  # None: the served model
     input: Any
     encoding_format: str
     dimensions: int | None
@@ -36,8 +36,8 @@ def parse_request(body: Any) -> EmbeddingsRequest:
     if not isinstance(body, Mapping):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "'model' is required", param="model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string", param="model")
     if "input" not in body or body["input"] is None:
         raise ApiError(400, "'input' is required", param="input")
     encoding = body.get("encoding_format") or "float"

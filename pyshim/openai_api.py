@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,7 @@ ERROR_TYPES = {
 }
 # OpenAI's own limits, refused as it refuses them (the library would take more).
 MAX_STOP = 4
+MAX_CHOICES = 8  # n: one generation each, so a bound on one request's work (OpenAI's is 128)
 TEMPERATURE = (0.0, 2.0)
 
 
@@ -118,11 +119,18 @@ class DoorCall:
     """One request of any API the door speaks, as the library's call: what each API's parse gives
     the route (the API's own extras are its subclass's fields)."""
 
-    model: str
+    model: str | None  # None: the served model (the door's policy, pyshim/server.py Door.check_model)
     messages: list[Any]
     tools: list[Any] | None
     options: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
+    n: int = 1  # choices, each its own generation (``choice_options``); a stream has one
+
+    def choice_options(self, i: int) -> dict[str, Any]:
+        """Choice ``i``'s options: a given seed moves by ``i``, so that n seeded choices are n
+        samples, each reproducible, rather than one sample n times."""
+        seed = self.options.get("seed")
+        return {**self.options, "seed": seed + i} if i and isinstance(seed, int) else self.options
 
 
 @dataclass(kw_only=True)
@@ -164,16 +172,15 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = _expect(body, "model", str, "a string")
-    if model is None:
-        raise ApiError(400, "you must provide a model parameter", param="model", code="missing_required_parameter")
     messages = _expect(body, "messages", list, "an array of messages")
     if not messages:
         raise ApiError(400, "'messages' must be a non-empty array", param="messages", code="missing_required_parameter")
     tools = _expect(body, "tools", list, "an array of tools") or None
-    n = _expect(body, "n", int, "an integer")
-    if n not in (None, 1):
-        raise ApiError(400, "only n=1 is supported", param="n", code="unsupported_value")
+    n = _expect(body, "n", int, "an integer") or 1
     stream = bool(_expect(body, "stream", bool, "a boolean"))
+    if not 1 <= n <= MAX_CHOICES or (stream and n != 1):
+        limit = "1 when streamed" if stream else f"from 1 to {MAX_CHOICES}"
+        raise ApiError(400, f"'n' must be {limit}, not {n}", param="n", code="unsupported_value")
     stream_options = _expect(body, "stream_options", dict, "an object") or {}
 
     check_known(body, READ, IGNORED)
@@ -188,7 +195,7 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
             raise ApiError(400, "'session' must be a string", param="session", code="invalid_type")
         options["session"] = session
     return ChatRequest(
-        model=model, messages=messages, tools=tools, options=options, stream=stream,
+        model=model, messages=messages, tools=tools, options=options, stream=stream, n=n,
         include_usage=bool(stream_options.get("include_usage")),
     )  # fmt: skip
 
@@ -237,10 +244,10 @@ def _merged_calls(calls: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 class Completion:
     """The envelope of one completion: its id, creation time and model, shared by all its chunks."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, fingerprint: str | None = None) -> None:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
-        self.model = model
+        self.model, self.fingerprint = model, fingerprint
         self.logprobs_sent = 0  # entries the stream's chunks carried so far
 
     def _envelope(self, obj: str, choices: list[Any], usage: Any) -> dict[str, Any]:
@@ -251,23 +258,31 @@ class Completion:
             "model": self.model,
             "choices": choices,
             "usage": usage,
-            "system_fingerprint": None,
+            "system_fingerprint": self.fingerprint,
         }
 
-    def response(self, result: Mapping[str, Any]) -> dict[str, Any]:
-        """A ``chat.completion`` from el_generate's result."""
+    def response(self, result: Mapping[str, Any], more: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """A ``chat.completion`` from el_generate's result, and ``more`` results as choices 1, 2, ...
+        (the prompt counted once, every choice's completion tokens)."""
+        choices = [self._choice(i, r) for i, r in enumerate([result, *more])]
+        usage = _usage(result)
+        if usage is not None and more:
+            done = usage["completion_tokens"] + sum((r.get("usage") or {}).get("completion_tokens", 0) for r in more)
+            usage.update(completion_tokens=done, total_tokens=usage["prompt_tokens"] + done)
+        return self._envelope("chat.completion", choices, usage)
+
+    def _choice(self, index: int, result: Mapping[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": result.get("content"), "refusal": None}
         if result.get("tool_calls"):
             message["tool_calls"] = result["tool_calls"]
         if result.get("reasoning_content"):
             message["reasoning_content"] = result["reasoning_content"]  # llama-server's name for it
-        choice = {
-            "index": 0,
+        return {
+            "index": index,
             "message": message,
             "logprobs": openai_logprobs(result.get("logprobs")),
             "finish_reason": FINISH_REASONS.get(result["finish_reason"], result["finish_reason"]),
         }
-        return self._envelope("chat.completion", [choice], _usage(result))
 
     def chunk(
         self, delta: Mapping[str, Any], finish_reason: str | None = None, logprobs: Any = None, usage: bool = False
@@ -281,7 +296,9 @@ class Completion:
         return out
 
     def first_chunk(self, usage: bool) -> dict[str, Any]:
-        return self.chunk({"role": "assistant", "content": "", "refusal": None}, usage=usage)
+        # content null, as llama-server sends it: OpenAI's clients take null or "", and llama.cpp's
+        # own server tests refuse a chunk whose content is present and empty.
+        return self.chunk({"role": "assistant", "content": None, "refusal": None}, usage=usage)
 
     def delta_chunk(self, delta: Mapping[str, Any], usage: bool) -> dict[str, Any] | None:
         """The chunk of one library delta; None for deltas with no text (prompt progress)."""

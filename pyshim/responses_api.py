@@ -272,8 +272,8 @@ def parse_request(
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str):
-        raise _bad("you must provide a model parameter", "model", "missing_required_parameter")
+    if model is not None and not isinstance(model, str):
+        raise _bad("'model' must be a string", "model", "invalid_type")
     if body.get("input") is None:
         raise _bad("you must provide 'input'", "input", "missing_required_parameter")
     history, chain_session = _history(body, store, scope)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -37,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
+from ._lib import build_info, version
 from .door_limits import PerClientLimit, bounded_protocol
 from .door_relay import ClientGone, Events, EventStream, api_error, first_delta, relay, unless_disconnected
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
@@ -95,6 +97,13 @@ def accepted_keys(settings: Settings) -> list[str]:
     return first + [k for k in settings.api_keys if k]
 
 
+def fingerprint(model: Model) -> str:
+    """OpenAI's ``system_fingerprint``: what a seeded answer depends on besides the request (the
+    library and llama.cpp it was built from, the model file, its settings), as a short digest."""
+    what = json.dumps([version(), build_info(), model.config], sort_keys=True, default=str)  # config names the file
+    return "fp_" + hashlib.sha256(what.encode()).hexdigest()[:12]
+
+
 class Door:
     """The server's state: the model (None while it loads) and the checks every request passes."""
 
@@ -104,6 +113,7 @@ class Door:
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[], None] = lambda: None
         self.created = int(time.time())
+        self.fingerprint: str | None = None
         self.responses = responses_api.ResponseStore()
         self.metrics = Metrics(self.gauges)
 
@@ -130,6 +140,7 @@ class Door:
         """Serve ``model`` (open) from now on, with this door's queue bound."""
         aio.gate(model).max_waiting = self.settings.max_queue
         self.model = model
+        self.fingerprint = fingerprint(model)
 
     def ready(self) -> Model:
         if self.model is None:
@@ -159,11 +170,12 @@ class Door:
         """What a request's ``model`` may say: the served name, then the --alias names."""
         return [self.settings.name, *[a for a in self.settings.aliases if a != self.settings.name]]
 
-    def check_model(self, name: str) -> None:
-        """One model is served, under its name, its catalogue name or path, and each --alias; any
-        other name is a 404 that lists them (a client configured for another model learns what
-        to send instead of being answered by a model it did not ask for)."""
-        if name not in (*self.names(), self.settings.model):
+    def check_model(self, name: str | None) -> None:
+        """One model is served, under its name, its catalogue name or path, and each --alias; a
+        request naming none gets it (as llama-server and Ollama answer one); any other name is a
+        404 that lists them (a client configured for another model learns what to send instead of
+        being answered by a model it did not ask for)."""
+        if name is not None and name not in (*self.names(), self.settings.model):
             served = ", ".join(repr(n) for n in self.names())
             raise ApiError(
                 404, f"the model '{name}' does not exist; this server serves {served}", param="model",
@@ -211,14 +223,16 @@ def _model_ms(result: Any) -> float:
     return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
 
 
-async def _generate(door: Door, request: Request, started: float, model: Model, call: DoorCall, guard: bool) -> Any:
+async def _generate(
+    door: Door, request: Request, started: float, model: Model, call: DoorCall, guard: bool, nth: int = 0
+) -> Any:
     """One non-streamed generation, counted in /metrics, and the repeat guard (pyshim/repeats.py)
     where ``guard``: a turn whose calls all repeat calls already answered, with tool_choice auto, is
     asked once more, with the question and the results restated and tools off, as pyshim.Agent
     does. Small models otherwise repeat the same call until the client's loop gives up (``serve
     --keep-repeated-calls`` turns it off; the header ``X-Pyshim-Repeat-Nudges`` says it acted). A
     streamed call is not guarded: its call has gone out before it is known to be a repeat."""
-    messages, tools, options = call.messages, call.tools, call.options
+    messages, tools, options = call.messages, call.tools, call.choice_options(nth)
 
     def left(result: Any) -> None:  # a call its client left is counted too ("cancelled", with its tokens)
         door.metrics.generation(result, started)
@@ -226,8 +240,8 @@ async def _generate(door: Door, request: Request, started: float, model: Model, 
     work = aio.agenerate(model, messages, tools, on_cancelled=left, **as_options(options))
     result = await unless_disconnected(request, work)
     door.metrics.generation(result, started)
-    choice = options.get("tool_choice", "auto")
-    if not guard or not door.settings.answer_repeats or choice != "auto" or not repeats.repeats_only(messages, result):
+    auto = options.get("tool_choice", "auto") == "auto"
+    if not guard or not door.settings.answer_repeats or not auto or not repeats.repeats_only(messages, result):
         return result
     spent = _model_ms(result)
     turn = [*messages, repeats.nudge(messages)]
@@ -258,7 +272,7 @@ class _Api(Protocol):
     def scope(self, request: Request) -> str: ...
     def parse(self, request: Request, body: Any, scope: str) -> DoorCall: ...
     def guarded(self) -> bool: ...
-    def answer(self, result: Any) -> Any: ...
+    def answer(self, result: Any, more: list[Any]) -> Any: ...
     def events(self, first: Delta | None) -> Events: ...
     def error(self, err: ApiError) -> Response: ...
 
@@ -275,9 +289,10 @@ async def _serve(request: Request, api: _Api) -> Response:
         call = api.parse(request, await _read_json(request, door.settings.max_request_bytes), scope)
         call.options["scope"] = scope
         door.check_model(call.model)
-        if not call.stream:
-            result = await _generate(door, request, started, model, call, api.guarded())
-            return _timed(JSONResponse(api.answer(result)), started, result)
+        if not call.stream:  # n choices: n generations, one after another
+            results = [await _generate(door, request, started, model, call, api.guarded(), i) for i in range(call.n)]
+            spent = {"_model_ms": sum(map(_model_ms, results)), **results[0]} if call.n > 1 else results[0]
+            return _timed(JSONResponse(api.answer(results[0], results[1:])), started, spent)
         stream, deltas, first = await first_delta(request, model, call)
         return EventStream(relay(door.metrics, started, api.events(first), stream, deltas, first))
     except ClientGone:
@@ -299,7 +314,7 @@ class _Chat:
     call: ChatRequest = field(init=False)
 
     def __post_init__(self) -> None:
-        self.comp = Completion(self.door.settings.name)
+        self.comp = Completion(self.door.settings.name, self.door.fingerprint)
 
     def scope(self, request: Request) -> str:
         return self.door.check_key(request)
@@ -311,8 +326,8 @@ class _Chat:
     def guarded(self) -> bool:
         return True
 
-    def answer(self, result: Any) -> Any:
-        return self.comp.response(result)
+    def answer(self, result: Any, more: list[Any]) -> Any:
+        return self.comp.response(result, more)
 
     def events(self, first: Delta | None) -> Events:
         return ChatStream(self.comp, self.call.include_usage)
@@ -344,7 +359,7 @@ class _Messages:
     def guarded(self) -> bool:
         return not self.counting  # nothing is answered
 
-    def answer(self, result: Any) -> Any:
+    def answer(self, result: Any, more: list[Any]) -> Any:
         return anthropic_api.count_response(result) if self.counting else self.msg.response(result)
 
     def events(self, first: Delta | None) -> Events:
@@ -381,7 +396,7 @@ class _Responses:
         if self.call.store:
             self.door.responses.put(self.out.id, self.out.stored(self.call, result, answer))
 
-    def answer(self, result: Any) -> Any:
+    def answer(self, result: Any, more: list[Any]) -> Any:
         answer = self.out.response(self.call, result)
         self.keep(result, answer)
         return answer
