@@ -22,10 +22,16 @@ from typing import Any
 from .errors import InvalidRequest, InvalidTool
 from .tools import Tool, as_tool, as_tools
 
-__all__ = ["IGNORED_OPTIONS", "generate_options", "open_config", "tool_schemas"]
+__all__ = ["IGNORED_OPTIONS", "OPENAI_IGNORED", "generate_options", "open_config", "openai_renamed", "tool_schemas"]
 
-# OpenAI request fields that mean nothing for a local model: accepted and dropped, as the door does.
-IGNORED_OPTIONS = frozenset({"user", "metadata", "store", "service_tier", "model", "modalities", "prediction"})
+# OpenAI's chat request fields that mean nothing for one local model: accepted and dropped, in process
+# and by the door (pyshim/openai_api.py), which documents them (README, "The OpenAI door").
+OPENAI_IGNORED = frozenset({"user", "metadata", "store", "service_tier", "modalities", "prediction", "audio",
+                            "reasoning_effort", "safety_identifier", "verbosity", "web_search_options"})  # fmt: skip
+# In process, the model is the Model's own.
+IGNORED_OPTIONS = OPENAI_IGNORED | {"model"}
+# OpenAI's names for the library's options: the one table the door and generate both map by.
+OPENAI_RENAMES = {"max_completion_tokens": "max_tokens", "prompt_cache_key": "session"}
 
 
 def _renamed(options: dict[str, Any], habit: str, ours: str) -> None:
@@ -47,10 +53,7 @@ def conversation(messages: str | Iterable[Any]) -> list[Any]:
 
 def generate_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``generate``'s keyword options with OpenAI's habits mapped onto the library's names."""
-    out = {k: v for k, v in options.items() if k not in IGNORED_OPTIONS}
-    _renamed(out, "max_completion_tokens", "max_tokens")
-    if "prompt_cache_key" in out:
-        _renamed(out, "prompt_cache_key", "session")  # what the door maps it to
+    out = openai_renamed({k: v for k, v in options.items() if k not in IGNORED_OPTIONS})
     n = out.pop("n", 1)
     if n != 1:
         raise InvalidRequest(f"n={n!r}: one choice per call; call generate {n} times (with different seeds)")
@@ -58,6 +61,14 @@ def generate_options(options: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRequest("stream=True: use Model.stream(...) (or astream) for a streamed call")
     out.pop("stream_options", None)
     return out
+
+
+def openai_renamed(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (changed in place) with OpenAI's names for the library's options renamed;
+    both names given with different values is an error (InvalidRequest), never a silent choice."""
+    for habit, ours in OPENAI_RENAMES.items():
+        _renamed(options, habit, ours)
+    return options
 
 
 def tool_schemas(tools: Iterable[Callable[..., Any] | Mapping[str, Any] | Tool] | None) -> list[dict[str, Any]] | None:

@@ -18,6 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InvalidRequest
+from .habits import OPENAI_IGNORED, OPENAI_RENAMES, openai_renamed
+
 __all__ = [
     "ApiError",
     "ChatRequest",
@@ -32,7 +35,7 @@ __all__ = [
 
 # Request fields handed to el_generate as options under the same name. top_k, min_p,
 # repeat_penalty, repeat_last_n and ignore_eos are llama.cpp's extensions (llama-server takes
-# them too); any other field the openai client may send (user, metadata, store, ...) is ignored.
+# them too). OpenAI's own names for two of the library's options are mapped by pyshim.habits.
 PASSTHROUGH = (
     "temperature",
     "top_p",
@@ -60,9 +63,7 @@ PASSTHROUGH = (
 # the nearest known one: a misspelt "temprature" must not pass as the default.
 READ = frozenset({"model", "messages", "tools", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                   "session", "prompt_cache_key", *PASSTHROUGH})  # fmt: skip
-IGNORED = frozenset({"user", "metadata", "store", "service_tier", "modalities", "prediction", "audio",
-                     "reasoning_effort", "safety_identifier", "verbosity", "web_search_options", "functions",
-                     "function_call", "cache_prompt", "id_slot"})  # fmt: skip
+IGNORED = OPENAI_IGNORED | {"functions", "function_call", "cache_prompt", "id_slot"}  # legacy and llama-server's
 
 
 def unknown_key(body: Mapping[str, Any], known: frozenset[str]) -> tuple[str, str] | None:
@@ -167,8 +168,9 @@ def check_limits(body: Mapping[str, Any]) -> None:
 
 
 def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
-    """Check the envelope and map the fields. The session is, first found: the body's ``session``
-    (``extra_body``), the ``X-Session-Id`` header, the body's ``prompt_cache_key``."""
+    """Check the envelope and map the fields (OpenAI's names by pyshim.habits' one table). The
+    session is, first found: the body's ``session`` (``extra_body``), the ``X-Session-Id`` header,
+    the body's ``prompt_cache_key`` (``session`` beside a different ``prompt_cache_key``: 400)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = _expect(body, "model", str, "a string")
@@ -185,15 +187,16 @@ def parse_request(body: Any, session_header: str | None = None) -> ChatRequest:
 
     check_known(body, READ, IGNORED)
     check_limits(body)
-    options = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None:
-        options["max_tokens"] = max_tokens
-    session = body.get("session") or session_header or body.get("prompt_cache_key")
-    if session is not None:
-        if not isinstance(session, str):
-            raise ApiError(400, "'session' must be a string", param="session", code="invalid_type")
-        options["session"] = session
+    given = {k: body[k] for k in ("max_tokens", "session", *OPENAI_RENAMES, *PASSTHROUGH) if body.get(k) is not None}
+    if session_header is not None and "session" not in given:  # the header names it before prompt_cache_key
+        given.pop("prompt_cache_key", None)
+        given["session"] = session_header
+    try:
+        options = openai_renamed(given)
+    except InvalidRequest as e:
+        raise ApiError(400, str(e), code="invalid_value") from None
+    if not isinstance(options.get("session", ""), str):
+        raise ApiError(400, "'session' must be a string", param="session", code="invalid_type")
     return ChatRequest(
         model=model, messages=messages, tools=tools, options=options, stream=stream, n=n,
         include_usage=bool(stream_options.get("include_usage")),

@@ -219,8 +219,10 @@ def test_errors_have_openai_shape_and_status(smol_url: str) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         c.chat.completions.create(model=SMOL, messages=[{"role": "wizard", "content": "hi"}])
     assert "wizard" in bad.value.message  # the library's own message, verbatim
-    with pytest.raises(openai.BadRequestError, match="n=1"):
-        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "hi"}], n=2)
+    with pytest.raises(openai.BadRequestError, match="'n' must be 1 when streamed"):
+        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "hi"}], n=2, stream=True)
+    with pytest.raises(openai.BadRequestError, match="'n' must be from 1 to 8"):
+        c.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "hi"}], n=9)
     with pytest.raises(openai.BadRequestError):  # a stream the library refuses still gets a status
         c.chat.completions.create(model=SMOL, messages=SHORT, top_p=7, stream=True)
     with pytest.raises(openai.AuthenticationError):
@@ -398,17 +400,40 @@ def test_four_concurrent_async_clients(smol_url: str) -> None:
     assert [json.loads(t) for t in asyncio.run(go())] == [{"client": i} for i in range(4)]
 
 
+def test_n_choices_and_fingerprint(smol_url: str) -> None:
+    """n choices are n generations (a given seed moves by one per choice), the prompt counted once;
+    the fingerprint is the same for every answer of one server. A request without a model gets the
+    served one."""
+    c = client(smol_url)
+    out = c.chat.completions.create(model=SMOL, messages=SHORT, n=3, max_tokens=6, temperature=1.0, seed=3)
+    one = c.chat.completions.create(model=SMOL, messages=SHORT, max_tokens=6, temperature=1.0, seed=3)
+    assert [ch.index for ch in out.choices] == [0, 1, 2]
+    assert out.choices[0].message.content == one.choices[0].message.content  # choice 0 keeps the given seed
+    assert out.usage is not None and one.usage is not None
+    assert out.usage.prompt_tokens == one.usage.prompt_tokens and out.usage.completion_tokens >= 3
+    assert out.system_fingerprint and out.system_fingerprint == one.system_fingerprint
+    bare = httpx.post(f"{smol_url}/v1/chat/completions", json={"messages": SHORT, "max_tokens": 2},
+                      headers={"Authorization": f"Bearer {KEY}"}).json()  # fmt: skip
+    assert bare["model"] == one.model
+
+
 def test_request_mapping() -> None:
     """The envelope: renamed fields, the session's three names in order, n and type checks."""
     from pyshim.openai_api import ApiError, parse_request
 
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5}
-    body |= {"max_tokens": 9, "temperature": 0, "user": "u", "store": False, "prompt_cache_key": "k"}
+    body |= {"temperature": 0, "user": "u", "store": False, "prompt_cache_key": "k"}
     req = parse_request(body)
     assert req.options == {"temperature": 0, "max_tokens": 5, "session": "k"} and req.tools is None
     assert parse_request(body, "h").options["session"] == "h"
-    assert parse_request({**body, "session": "s"}, "h").options["session"] == "s"
-    for bad in ({"n": 2}, {"n": True}, {"messages": "x"}, {"messages": []}, {"stream": "yes"}, {"model": None}):
+    assert parse_request({**body, "session": "k"}, "h").options["session"] == "k"
+    for disagree in ({"max_tokens": 9}, {"session": "s"}):  # OpenAI's name and ours, both given: never a silent choice
+        with pytest.raises(ApiError, match="disagree"):
+            parse_request({**body, **disagree})
+    assert parse_request({**body, "model": None}).model is None  # the served model (Door.check_model)
+    assert parse_request({**body, "n": 3, "seed": 7}).choice_options(2)["seed"] == 9
+    for bad in ({"n": 9}, {"n": 2, "stream": True}, {"n": True}, {"messages": "x"}, {"messages": []}, {"stream": "yes"},
+                {"model": 5}):  # fmt: skip
         with pytest.raises(ApiError) as e:
             parse_request({**body, **bad})
         assert e.value.status == 400
