@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .openai_api import ApiError, DoorCall, sse, unknown_key
+from .stream_calls import StreamCalls
 
 __all__ = ["Message", "MessageStream", "MessagesRequest", "error_body", "error_response", "parse_request"]
 
@@ -424,7 +425,7 @@ class MessageStream:
         self._skip = message.prefill  # the prefill's text, which the first deltas repeat
         self._index = -1  # the open block, if _open
         self._open: str | None = None
-        self._calls: dict[int, int] = {}  # the library's call index -> block index
+        self._calls = StreamCalls()  # where each call's tool_use block is
 
     def start(self) -> str:
         """``message_start``, with the input's tokens as Anthropic counts them when the prompt's
@@ -464,16 +465,14 @@ class MessageStream:
             if self._open != "text":
                 out.append(self._begin("text", {"type": "text", "text": ""}))
             out.append(self._delta(self._index, {"type": "text_delta", "text": text}))
-        for call in delta.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            if "id" in call:
-                block = {"type": "tool_use", "id": call["id"], "name": fn.get("name", ""), "input": {}}
+        for piece in self._calls.pieces(delta):
+            if piece.id is not None:
+                block = {"type": "tool_use", "id": piece.id, "name": piece.name or "", "input": {}}
                 out.append(self._begin("tool_use", block))
-                self._calls[call.get("index", 0)] = self._index
-            args = fn.get("arguments")
-            index = self._calls.get(call.get("index", 0))
-            if args and index is not None:
-                out.append(self._delta(index, {"type": "input_json_delta", "partial_json": args}))
+                self._calls.place(piece.index, self._index)
+            index = self._calls.where(piece.index)
+            if piece.arguments and index is not None:
+                out.append(self._delta(index, {"type": "input_json_delta", "partial_json": piece.arguments}))
         if not out and "prompt_progress" in delta:
             out.append(_sse("ping", {"type": "ping"}))
         return "".join(out)

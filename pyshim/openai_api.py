@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import InvalidRequest
 from .habits import OPENAI_IGNORED, OPENAI_RENAMES, openai_renamed
+from .stream_calls import StreamCalls
 
 __all__ = [
     "ApiError",
@@ -225,23 +226,17 @@ def _usage(result: Mapping[str, Any]) -> Any:
     return {**usage, "prompt_tokens_details": {"cached_tokens": result.get("n_reused", 0)}}
 
 
-def _merged_calls(calls: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A delta's tool-call entries, one per index (OpenAI sends one; the library may send a
-    call's id and name and its first arguments as two): the pieces of one index joined in order."""
-    merged: dict[int, dict[str, Any]] = {}
-    for c in calls:
-        index = int(c.get("index", 0))
-        entry = merged.setdefault(index, {"index": index})
-        if "id" in c:
-            entry["id"] = c["id"]
-            entry["type"] = c.get("type", "function")
-        fn = c.get("function") or {}
-        if fn:
-            into = entry.setdefault("function", {})
-            for key in ("name", "arguments"):
-                if key in fn:
-                    into[key] = into.get(key, "") + (fn[key] or "")
-    return list(merged.values())
+def _call_chunks(delta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A delta's tool calls as OpenAI streams them: one entry per call index, the opening one with
+    the call's id, type and name (pyshim.stream_calls reads the library's pieces)."""
+    out: list[dict[str, Any]] = []
+    for piece in StreamCalls.pieces(delta):
+        if piece.id is not None:
+            fn = {"name": piece.name or "", "arguments": piece.arguments}
+            out.append({"index": piece.index, "id": piece.id, "type": "function", "function": fn})
+        else:
+            out.append({"index": piece.index, "function": {"arguments": piece.arguments}})
+    return out
 
 
 class Completion:
@@ -311,7 +306,7 @@ class Completion:
         if delta.get("reasoning_content"):
             out["reasoning_content"] = delta["reasoning_content"]
         if delta.get("tool_calls"):
-            out["tool_calls"] = _merged_calls(delta["tool_calls"])
+            out["tool_calls"] = _call_chunks(delta)
         if not out:
             return None
         logprobs = delta.get("logprobs")

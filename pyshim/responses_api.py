@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .openai_api import ApiError, DoorCall, check_known, check_limits, openai_logprobs, sse
+from .stream_calls import StreamCalls
 
 __all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
@@ -429,7 +430,7 @@ class ResponseStream:
         self.seq = 0
         self.opened: list[dict[str, Any]] = []  # items as announced by output_item.added, in order
         self._kind: str | None = None  # the kind of the last opened item
-        self._calls: dict[int, int] = {}  # the library's call index -> output index
+        self._calls = StreamCalls()  # where each call's function_call item is
 
     def _event(self, kind: str, **data: Any) -> str:
         payload = {"type": kind, "sequence_number": self.seq, **data}
@@ -467,17 +468,16 @@ class ResponseStream:
             out.append(self._event("response.output_text.delta", item_id=self.r.message_id,
                                    output_index=len(self.opened) - 1, content_index=0, delta=text,
                                    logprobs=_text_logprobs(delta.get("logprobs"))))  # fmt: skip
-        for call in delta.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            if "id" in call:
-                item = {"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
-                        "name": fn.get("name", ""), "arguments": "", "status": "in_progress"}  # fmt: skip
+        for piece in self._calls.pieces(delta):
+            if piece.id is not None:
+                item = {"id": f"fc_{piece.id}", "type": "function_call", "call_id": piece.id,
+                        "name": piece.name or "", "arguments": "", "status": "in_progress"}  # fmt: skip
                 out.append(self._open("function_call", item))
-                self._calls[int(call.get("index", 0))] = len(self.opened) - 1
-            index = self._calls.get(int(call.get("index", 0)))
-            if fn.get("arguments") and index is not None:
+                self._calls.place(piece.index, len(self.opened) - 1)
+            index = self._calls.where(piece.index)
+            if piece.arguments and index is not None:
                 out.append(self._event("response.function_call_arguments.delta", item_id=self.opened[index]["id"],
-                                       output_index=index, delta=fn["arguments"]))  # fmt: skip
+                                       output_index=index, delta=piece.arguments))  # fmt: skip
         return "".join(out)
 
     def _done(self, index: int, item: dict[str, Any]) -> str:

@@ -69,7 +69,7 @@ def test_embeddings_are_the_librarys_vectors_in_both_encodings(url: str) -> None
         ({"model": SMOL, "input": "x", "encoding_format": "int8"}, 400, "encoding_format"),
         ({"model": SMOL, "input": "x", "dimensions": 3}, 400, "dimensions"),
         ({"model": "gpt-4", "input": "x"}, 404, "model"),
-        ({"input": "x"}, 400, "model"),
+        ({"input": "x", "model": 7}, 400, "model"),  # no model is the served one
         ([1, 2], 400, None),
     ],
     ids=repr,

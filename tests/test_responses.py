@@ -224,7 +224,7 @@ def test_auth_and_hostile_bodies(smol_url: str) -> None:
         (b"{not json", "JSON"),
         (b"[" * 5000 + b"]" * 5000, "deeply"),
         ([1, 2], "object"),
-        ({"input": "hi"}, "model"),
+        ({"input": "hi", "model": 7}, "model"),  # no model is the served one; a non-string is refused
         ({"model": SMOL}, "input"),
         ({"model": SMOL, "input": 3}, "input"),
         ({"model": SMOL, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
