@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from . import aio, anthropic_api, embeddings_api, repeats, responses_api
 from ._lib import build_info, version
+from .aio import ModelLike
 from .door_limits import PerClientLimit, bounded_protocol
 from .door_relay import ClientGone, Events, EventStream, api_error, first_delta, relay, unless_disconnected
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
@@ -97,7 +98,7 @@ def accepted_keys(settings: Settings) -> list[str]:
     return first + [k for k in settings.api_keys if k]
 
 
-def fingerprint(model: Model) -> str:
+def fingerprint(model: ModelLike) -> str:
     """OpenAI's ``system_fingerprint``: what a seeded answer depends on besides the request (the
     library and llama.cpp it was built from, the model file, its settings), as a short digest."""
     what = json.dumps([version(), build_info(), model.config], sort_keys=True, default=str)  # config names the file
@@ -109,7 +110,8 @@ class Door:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.model: Model | None = None
+        self.model: ModelLike | None = None  # a pyshim.Model, or any model the backend seam takes
+        self.loaded: Model | None = None  # the one load() opened, which the app closes
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[], None] = lambda: None
         self.created = int(time.time())
@@ -133,16 +135,17 @@ class Door:
             self.load_error = e
             self.on_load_failure()
             return
+        self.loaded = model
         self.attach(model)
         log.info("serving %s as %r", model.path, self.settings.name)
 
-    def attach(self, model: Model) -> None:
+    def attach(self, model: ModelLike) -> None:
         """Serve ``model`` (open) from now on, with this door's queue bound."""
         aio.gate(model).max_waiting = self.settings.max_queue
         self.model = model
         self.fingerprint = fingerprint(model)
 
-    def ready(self) -> Model:
+    def ready(self) -> ModelLike:
         if self.model is None:
             raise ApiError(503, "the model is still loading", code="model_loading")
         return self.model
@@ -224,7 +227,7 @@ def _model_ms(result: Any) -> float:
 
 
 async def _generate(
-    door: Door, request: Request, started: float, model: Model, call: DoorCall, guard: bool, nth: int = 0
+    door: Door, request: Request, started: float, model: ModelLike, call: DoorCall, guard: bool, nth: int = 0
 ) -> Any:
     """One non-streamed generation, counted in /metrics, and the repeat guard (pyshim/repeats.py)
     where ``guard``: a turn whose calls all repeat calls already answered, with tool_choice auto, is
@@ -494,11 +497,15 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     return _error_response(exc)
 
 
-def create_app(settings: Settings, model: Model | None = None) -> Starlette:
+def create_app(settings: Settings, model: ModelLike | None = None) -> Starlette:
     """The ASGI app. Without ``model``, it loads ``settings.model`` in the background once the
     app starts (503 until then) and closes it when the app stops. With an open ``model``, the app
     serves it at once and leaves closing it to the caller: that is the in-process door, behind
-    ``httpx.ASGITransport`` with no socket (which runs no lifespan; see the README)."""
+    ``httpx.ASGITransport`` with no socket (which runs no lifespan; see the README).
+
+    ``model`` is the backend seam: anything ``pyshim.aio`` drives (``aio.ModelLike``: ``generate``
+    with deltas, ``embeddings``, ``cancel``, ``config``), so that the translators, the relay and
+    the route body can be tested with scripted results beside the real model's tests."""
     door = Door(settings)
     if model is not None:
         door.attach(model)
@@ -511,8 +518,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         loading = asyncio.ensure_future(door.load())
         yield
         await loading
-        if door.model is not None:
-            await asyncio.to_thread(door.model.close)
+        if door.loaded is not None:
+            await asyncio.to_thread(door.loaded.close)
 
     middleware = [
         Middleware(PerClientLimit, limit=per_client_limit(settings)),
