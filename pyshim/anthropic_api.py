@@ -430,11 +430,8 @@ class MessageStream:
     def start(self) -> str:
         """``message_start``, with the input's tokens as Anthropic counts them when the prompt's
         counts are known."""
-        prompt = self.prompt
-        n_prompt, reused = int((prompt or {}).get("n_prompt", 0)), int((prompt or {}).get("n_reused", 0))
-        usage = {"input_tokens": n_prompt - reused, "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": reused, "output_tokens": 0}  # fmt: skip
-        return _sse("message_start", {"type": "message_start", "message": self.message.envelope([], None, None, usage)})
+        message = self.message.envelope([], None, None, usage({**(self.prompt or {}), "usage": {}}))
+        return _sse("message_start", {"type": "message_start", "message": message})
 
     def _close(self) -> str:
         if self._open is None:

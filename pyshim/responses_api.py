@@ -41,17 +41,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .openai_api import ApiError, DoorCall, check_known, check_limits, openai_logprobs, sse
+from .response_store import ResponseStore, Stored
 from .stream_calls import StreamCalls
 
-__all__ = ["MAX_STORED", "Responder", "ResponseStore", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
+__all__ = ["Responder", "ResponseStream", "ResponsesRequest", "new_id", "parse_request"]
 
-MAX_STORED = 1024
 PASSTHROUGH = ("temperature", "top_p", "parallel_tool_calls", "top_k", "min_p", "seed", "ignore_eos", "speculative")
 IGNORED = ("reasoning", "user", "safety_identifier", "service_tier", "prompt_cache_retention", "max_tool_calls",
            "stream_options")  # fmt: skip
@@ -69,43 +68,6 @@ READ = frozenset({"model", "input", "instructions", "tools", "tool_choice", "tex
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A response kept for ``previous_response_id`` and ``GET /v1/responses/{id}``."""
-
-    scope: str
-    conversation: tuple[dict[str, Any], ...]  # every message but the instructions, output included
-    session: str | None
-    response: dict[str, Any]
-
-
-class ResponseStore:
-    """The most recent responses, by id; a response exists only for the scope that created it."""
-
-    def __init__(self, max_entries: int = MAX_STORED) -> None:
-        self.max_entries = max_entries
-        self._items: OrderedDict[str, Stored] = OrderedDict()
-
-    def get(self, response_id: str, scope: str) -> Stored | None:
-        item = self._items.get(response_id)
-        if item is None or item.scope != scope:
-            return None
-        self._items.move_to_end(response_id)
-        return item
-
-    def put(self, response_id: str, item: Stored) -> None:
-        self._items[response_id] = item
-        self._items.move_to_end(response_id)
-        while len(self._items) > self.max_entries:
-            self._items.popitem(last=False)
-
-    def delete(self, response_id: str, scope: str) -> bool:
-        if self.get(response_id, scope) is None:
-            return False
-        del self._items[response_id]
-        return True
 
 
 @dataclass(kw_only=True)

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 
 from pyshim import responses_api
 from pyshim.openai_api import ApiError
+from pyshim.response_store import ResponseStore
 
 KEY = "test-key"
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -252,7 +253,7 @@ def test_auth_and_hostile_bodies(smol_url: str) -> None:
 
 
 def test_request_mapping() -> None:
-    store = responses_api.ResponseStore()
+    store = ResponseStore()
     body = {
         "model": "m", "instructions": "Be brief.", "max_output_tokens": 9, "parallel_tool_calls": False,
         "input": [
@@ -287,7 +288,7 @@ def test_request_mapping() -> None:
 
 
 def test_follow_ups_drop_the_instructions_and_stay_in_their_scope() -> None:
-    store = responses_api.ResponseStore(max_entries=2)
+    store = ResponseStore(max_entries=2)
     first = responses_api.parse_request({"model": "m", "input": "hi", "instructions": "A"}, "resp_1", "s1", store)
     out = responses_api.Responder("m", "resp_1")
     result = {"content": "hello", "finish_reason": "stop", "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
@@ -307,7 +308,7 @@ def test_follow_ups_drop_the_instructions_and_stay_in_their_scope() -> None:
 
 
 def test_stream_events_from_deltas_validate() -> None:
-    req = responses_api.parse_request({"model": "m", "input": "hi"}, "resp_1", "s", responses_api.ResponseStore())
+    req = responses_api.parse_request({"model": "m", "input": "hi"}, "resp_1", "s", ResponseStore())
     out = responses_api.Responder("m", "resp_1")
     events = responses_api.ResponseStream(out, req)
     text = events.start()
@@ -338,7 +339,7 @@ def test_a_turn_of_only_the_end_token_still_has_its_message() -> None:
     and a turn with calls only still has no message."""
     from openai.types.responses import Response
 
-    from pyshim.responses_api import Responder, ResponseStore, parse_request
+    from pyshim.responses_api import Responder, parse_request
 
     req = parse_request({"model": SMOL, "input": "hi"}, "resp_1", "", ResponseStore())
     r = Responder(SMOL, "resp_1")
