@@ -38,6 +38,7 @@ The mapping:
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -403,11 +404,6 @@ class Message:
         return self.envelope(content, *self.stop(result), usage(result))
 
 
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 def _sse(event: str, data: Any) -> str:
     return sse(data, event)
 
@@ -455,7 +451,7 @@ class MessageStream:
         out: list[str] = []
         text = delta.get("content") or ""
         if self._skip and text:  # the prefill's text comes back first: drop what repeats it
-            n = _common_prefix(self._skip, text)
+            n = len(os.path.commonprefix([self._skip, text]))  # noqa: RUF071 (characters, as meant)
             self._skip = self._skip[n:] if n == len(text) else ""
             text = text[n:]
         if text:

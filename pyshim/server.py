@@ -133,7 +133,10 @@ class _Api(Protocol):
 
     def scope(self, request: Request) -> str: ...
     def parse(self, request: Request, body: Any, scope: str) -> DoorCall: ...
-    def guarded(self) -> bool: ...
+
+    @property
+    def guarded(self) -> bool: ...  # the repeat guard applies (_generate)
+
     def answer(self, result: Any, more: list[Any]) -> Any: ...
     def events(self, first: Delta | None) -> Events: ...
     def error(self, err: ApiError) -> Response: ...
@@ -152,7 +155,7 @@ async def _serve(request: Request, api: _Api) -> Response:
         call.options["scope"] = scope
         door.check_model(call.model)
         if not call.stream:  # n choices: n generations, one after another
-            results = [await _generate(door, request, started, model, call, api.guarded(), i) for i in range(call.n)]
+            results = [await _generate(door, request, started, model, call, api.guarded, i) for i in range(call.n)]
             spent = {"_model_ms": sum(map(_model_ms, results)), **results[0]} if call.n > 1 else results[0]
             return _timed(JSONResponse(api.answer(results[0], results[1:])), started, spent)
         stream, deltas, first = await first_delta(request, model, call)
@@ -169,33 +172,37 @@ def _openai_error(err: ApiError) -> Response:
 
 
 @dataclass
-class _Chat:
-    """``POST /v1/chat/completions`` (pyshim/openai_api.py translates)."""
+class _OpenAIRoute:
+    """What OpenAI's two generating routes share: the bearer key, the repeat guard, the error shape."""
 
     door: Door
+    guarded = True
+
+    def scope(self, request: Request) -> str:
+        return self.door.check_key(request)
+
+    error = staticmethod(_openai_error)
+
+
+@dataclass
+class _Chat(_OpenAIRoute):
+    """``POST /v1/chat/completions`` (pyshim/openai_api.py translates)."""
+
     comp: Completion = field(init=False)
     call: ChatRequest = field(init=False)
 
     def __post_init__(self) -> None:
         self.comp = Completion(self.door.settings.name, self.door.fingerprint)
 
-    def scope(self, request: Request) -> str:
-        return self.door.check_key(request)
-
     def parse(self, request: Request, body: Any, scope: str) -> DoorCall:
         self.call = parse_request(body, request.headers.get("x-session-id"))
         return self.call
-
-    def guarded(self) -> bool:
-        return True
 
     def answer(self, result: Any, more: list[Any]) -> Any:
         return self.comp.response(result, more)
 
     def events(self, first: Delta | None) -> Events:
         return ChatStream(self.comp, self.call.include_usage)
-
-    error = staticmethod(_openai_error)
 
 
 @dataclass
@@ -208,6 +215,10 @@ class _Messages:
     key: str | None = None
     msg: anthropic_api.Message = field(init=False)
 
+    @property
+    def guarded(self) -> bool:
+        return not self.counting  # counting answers nothing to guard
+
     def scope(self, request: Request) -> str:
         self.key = anthropic_api.api_key(request.headers)
         if not self.door.key_ok(self.key) or (self.key is None and self.door.keys()):
@@ -218,9 +229,6 @@ class _Messages:
         call = anthropic_api.parse_request(body, request.headers.get("x-session-id"), self.key, count=self.counting)
         self.msg = anthropic_api.Message(self.door.settings.name, call)
         return call
-
-    def guarded(self) -> bool:
-        return not self.counting  # nothing is answered
 
     def answer(self, result: Any, more: list[Any]) -> Any:
         return anthropic_api.count_response(result) if self.counting else self.msg.response(result)
@@ -235,25 +243,18 @@ class _Messages:
 
 
 @dataclass
-class _Responses:
+class _Responses(_OpenAIRoute):
     """``POST /v1/responses``: OpenAI's Responses API (pyshim/responses_api.py translates); an
     answered response is kept for ``previous_response_id`` unless ``store`` is false."""
 
-    door: Door
     out: responses_api.Responder = field(init=False)
     call: responses_api.ResponsesRequest = field(init=False)
-
-    def scope(self, request: Request) -> str:
-        return self.door.check_key(request)
 
     def parse(self, request: Request, body: Any, scope: str) -> DoorCall:
         self.out = responses_api.Responder(self.door.settings.name)
         session = request.headers.get("x-session-id")
         self.call = responses_api.parse_request(body, self.out.id, scope, self.door.responses, session)
         return self.call
-
-    def guarded(self) -> bool:
-        return True
 
     def keep(self, result: Any, answer: dict[str, Any]) -> None:
         if self.call.store:
@@ -266,8 +267,6 @@ class _Responses:
 
     def events(self, first: Delta | None) -> Events:
         return responses_api.ResponseStream(self.out, self.call, self.keep)
-
-    error = staticmethod(_openai_error)
 
 
 async def chat_completions(request: Request) -> Response:
