@@ -118,6 +118,13 @@ class GenerateOptions(TypedDict, total=False):
     metadata: dict[str, Any]
     store: bool
     service_tier: str
+    modalities: list[str]
+    prediction: dict[str, Any]
+    audio: dict[str, Any]
+    reasoning_effort: str
+    safety_identifier: str
+    verbosity: str
+    web_search_options: dict[str, Any]
     # test hooks (a library built with EL_TEST_HOOKS)
     _test: dict[str, Any]
 
