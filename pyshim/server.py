@@ -80,7 +80,7 @@ async def _read_json(request: Request, limit: int) -> Any:
 def _model_ms(result: Any) -> float:
     """Time the library spent on the call (template, cache, prefill, decode): what is left of a
     client's wall time is the door's own cost (bench/door.py reads it from a response header)."""
-    if "_model_ms" in result:  # several generations (_generate's repeat guard)
+    if "_model_ms" in result:  # several generations (the repeat guard's second, or n choices)
         return float(result["_model_ms"])
     return float(sum(result.get(k) or 0 for k in ("ms_prepare", "ms_reset", "ms_prefill", "ms_decode")))
 
@@ -156,7 +156,10 @@ async def _serve(request: Request, api: _Api) -> Response:
         door.check_model(call.model)
         if not call.stream:  # n choices: n generations, one after another
             results = [await _generate(door, request, started, model, call, api.guarded, i) for i in range(call.n)]
-            spent = {"_model_ms": sum(map(_model_ms, results)), **results[0]} if call.n > 1 else results[0]
+            spent = results[0] if call.n == 1 else {
+                **results[0], "_model_ms": sum(map(_model_ms, results)),
+                "_repeat_nudges": sum(r.get("_repeat_nudges", 0) for r in results),
+            }  # fmt: skip
             return _timed(JSONResponse(api.answer(results[0], results[1:])), started, spent)
         stream, deltas, first = await first_delta(request, model, call)
         return EventStream(relay(door.metrics, started, api.events(first), stream, deltas, first))

@@ -45,8 +45,8 @@ class StreamCalls:
             piece = merged.setdefault(index, CallPiece(index))
             fn = c.get("function") or {}
             if "id" in c:
-                piece.id, piece.name = c["id"], (piece.name or "") + (fn.get("name") or "")
-            elif fn.get("name"):
+                piece.id = c["id"]
+            if fn.get("name"):
                 piece.name = (piece.name or "") + fn["name"]
             piece.arguments += fn.get("arguments") or ""
         return list(merged.values())

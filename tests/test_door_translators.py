@@ -202,9 +202,13 @@ def test_unknown_keys_are_refused_with_a_did_you_mean(path: str, body: dict[str,
 
 
 def test_n_choices_draw_with_consecutive_seeds() -> None:
-    model = Scripted(([], result("yes", [], "stop", n_prompt=7)))
+    one = result("yes", [], "stop", n_prompt=7)
+    one["ms_decode"] = 5.0
+    model = Scripted(([], one))
     body = {"messages": USER, "n": 3, "seed": 10}
-    r = run(model, lambda http: http.post("/v1/chat/completions", json=body)).json()
+    answer = run(model, lambda http: http.post("/v1/chat/completions", json=body))
+    assert answer.headers["x-pyshim-model-ms"] == "15.000"  # the three generations' time
+    r = answer.json()
     assert [c["index"] for c in r["choices"]] == [0, 1, 2]
     assert [o["seed"] for o in model.options] == [10, 11, 12]
     assert r["usage"]["prompt_tokens"] == 7 and r["usage"]["completion_tokens"] == 27
