@@ -367,7 +367,7 @@ def test_plan_mode_respects_max_steps_and_still_answers() -> None:
 
 def test_plan_mode_finishes_a_two_part_task_on_the_default_model(qwen: pyshim.Model) -> None:
     # The plain loop's failure on this model: after get_weather it repeats the call and
-    # answers with the weather only (docs/bench-agent-tasks.md).
+    # answers with the weather only (seen in make bench-agent when this was written).
     qwen.reset()
     agent = Agent(qwen, [get_weather, multiply], system=SYSTEM, plan=True, temperature=0, max_tokens=120)
     result = agent.run("What is the weather in Oslo, and what is 17 times 23?")

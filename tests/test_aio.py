@@ -28,7 +28,7 @@ def test_agenerate_and_astream(smol: pyshim.Model) -> None:
 
 def test_every_call_of_a_model_runs_on_one_thread(smol: pyshim.Model) -> None:
     # ggml's OpenMP team belongs to the calling thread: calls spread over a thread pool ran
-    # ~45 % slower in the engine (docs/bench-door.md).
+    # ~45 % slower in the engine (make bench-door, when this was written).
     threads: set[str] = set()
 
     def seen(delta: dict) -> None:

@@ -135,7 +135,7 @@ def test_the_handle_default_and_a_call_override() -> None:
 
 def test_a_call_drafts_only_while_it_runs_alone(exact: Any) -> None:
     """Drafted rows lengthen the shared step for every call in it (a call decoding beside a
-    drafting one ran at 0.72x, docs/bench-speculative.md), so a call drafts only while no other
+    drafting one ran at 0.72x in make bench-speculative when this was written), so a call drafts only while no other
     call runs on the handle. Fails if the engine drafts regardless of its neighbours."""
     started = threading.Event()
 
