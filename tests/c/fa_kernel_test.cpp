@@ -41,6 +41,7 @@ struct Case {
     bool  holes = false; // every 9th cell masked for every row (cells of other sequences)
     float max_bias = 0;  // ALiBi: visible cells carry -distance/100 in the mask, scaled per head
     bool  sinks = false; // attention sinks: one logit per head in the denominator only
+    bool  no_mask = false; // no mask tensor at all: every cell seen (valid must equal cells)
 };
 
 // ALiBi's slope for head h, as ggml derives it from max_bias.
@@ -122,7 +123,7 @@ bool run(const Case & c, std::mt19937 & rng) {
         for (int r = 0; r < c.rows; r++) {
             for (int i = 0; i < c.cells; i++) {
                 // The last rows see a few more cells (causal), the tail is unused cache.
-                const int  seen    = c.valid - (c.rows - 1 - r);
+                const int  seen    = c.no_mask ? c.cells : c.valid - (c.rows - 1 - r);
                 const bool visible = i < seen && (c.window == 0 || i >= seen - c.window) && !(c.holes && i % 9 == 4);
                 const float near = c.max_bias > 0 ? round_f16(-0.01f * (float) (seen - 1 - i)) : 0.0f;
                 mask[((size_t) s * c.rows + r) * c.cells + i] = visible ? near : -INFINITY;
@@ -136,7 +137,7 @@ bool run(const Case & c, std::mt19937 & rng) {
     const ggml_type  kv  = c.f32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
     ggml_tensor *    tk  = ggml_new_tensor_4d(ctx, kv, c.d, c.cells, c.kv_heads, c.streams);
     ggml_tensor *    tv  = ggml_new_tensor_4d(ctx, kv, c.d, c.cells, c.kv_heads, c.streams);
-    ggml_tensor *    tm  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.cells, c.rows, 1, c.streams);
+    ggml_tensor *    tm  = c.no_mask ? nullptr : ggml_new_tensor_4d(ctx, GGML_TYPE_F16, c.cells, c.rows, 1, c.streams);
     std::copy(q.begin(), q.end(), (float *) tq->data);
     if (c.f32) {  // the values are F16-rounded already: the same inputs either way
         std::copy(k.begin(), k.end(), (float *) tk->data);
@@ -145,7 +146,9 @@ bool run(const Case & c, std::mt19937 & rng) {
         put_f16(tk, k);
         put_f16(tv, v);
     }
-    put_f16(tm, mask);
+    if (tm) {
+        put_f16(tm, mask);
+    }
     const float   scale = 1.0f / std::sqrt((float) c.d);
     ggml_tensor * out   = ggml_flash_attn_ext(ctx, tq, tk, tv, tm, scale, c.max_bias, c.softcap);
     if (c.sinks) {
@@ -210,6 +213,11 @@ int main() {
         {"short batch: sinks, GQA 7, 5 rows, window", 64, 14, 2, 5, 1100, 1000, 1, 0.0f, 2, 1e-5f, false, 200, false, 0.0f, true},
         {"decode: ALiBi, GQA 7, split across 2 threads", 64, 14, 2, 1, 2048, 2000, 1, 0.0f, 2, 1e-5f, false, 0, false, 8.0f},
         {"decode: sinks and ALiBi, GQA 4, split across 2 threads", 128, 8, 2, 1, 1024, 1000, 1, 0.0f, 2, 1e-5f, false, 0, false, 4.0f, true},
+        // No mask tensor (every cell seen; the last tile's unused cells are the kernel's to hide),
+        // and heads of 80 values (a GEMM width that is not a multiple of its 64-wide kernel).
+        {"short batch: no mask, GQA 7, 9 rows, 1000 cells", 64, 14, 2, 9, 1000, 1000, 1, 0.0f, 2, 1e-5f, false, 0, false, 0.0f, false, true},
+        {"decode: no mask, GQA 7, 1000 cells", 64, 14, 2, 1, 1000, 1000, 1, 0.0f, 2, 1e-5f, false, 0, false, 0.0f, false, true},
+        {"short batch: heads of 80, GQA 4, 11 rows, holes", 80, 8, 2, 11, 1100, 1050, 1, 0.0f, 2, 1e-5f, false, 0, true},
     };
     std::mt19937 rng(1234);
     int          failed = 0;
