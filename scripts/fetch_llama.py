@@ -123,7 +123,12 @@ def unpack_pinned(archive: Path, staging: Path) -> None:
             if rel and rel.startswith(KEEP):
                 m.name = rel
                 members.append(m)
-        tar.extractall(staging, members=members, filter="data")
+        # The "data" filter (links and modes made safe) exists from Python 3.11.4 / 3.12; Debian 12's
+        # python3 is 3.11.2. The archive is sha256-pinned and its members chosen above either way.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(staging, members=members, filter="data")
+        else:
+            tar.extractall(staging, members=members)  # the archive is pinned, its members chosen above
 
 
 def copy_tree(source: Path, staging: Path) -> None:
