@@ -196,8 +196,8 @@ extern "C" {
 #endif
 
 #define EL_ABI_VERSION_MAJOR 1
-#define EL_ABI_VERSION_MINOR 13
-#define EL_ABI_VERSION "1.13"
+#define EL_ABI_VERSION_MINOR 14
+#define EL_ABI_VERSION "1.14"
 
 #if defined(_WIN32)
 #define EL_API __declspec(dllexport)
@@ -419,6 +419,19 @@ EL_API const char *el_last_error(void);
 **                          past 2000, more than 1024 values in an enum or
 **                          2048 in a schema. A tool's parameters are held to
 **                          the cost limits only (native/grammar_limits.h)
+**     grammar_tools        an array of tools, each one of tools_json by name,
+**                          usually with narrower parameter schemas (an enum
+**                          of the values a slot may take): the tool-call
+**                          grammar (the template's, the bare-JSON one, a
+**                          forced call's) is built from these, while the
+**                          prompt still shows tools_json, so the model's view
+**                          and the cached prefix do not change (1.14). A
+**                          call may then name only these tools, with
+**                          arguments their schemas accept; what the model
+**                          writes as text outside the grammar (recovered or
+**                          not) is still checked against tools_json. A
+**                          named tool_choice must name one of them; with
+**                          tool_choice "none" they are ignored
 **     repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n
 **                          llama.cpp's penalties sampler over the tokens this
 **                          call generated (1.12): repeat_penalty (0..10, 1:

@@ -91,6 +91,32 @@ common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool p
     return in;
 }
 
+// Why a second render rather than a grammar of our own: the template's grammar is the one its
+// parser reads (qwen's <tool_call>, Gemma 4's, a PEG template's), with its triggers; only the
+// template knows it. Why the prompt stays the first render's: the tools a model is shown decide
+// which tool it picks (shown narrowed schemas, qwen2.5-coder-0.5b picked another tool), and a
+// prompt that changes with the choices would lose the cached prefix every turn.
+void grammar_from_tools(const ModelView & m, const common_chat_templates_inputs & in, const json & tools, Request & r) {
+    common_chat_templates_inputs again = in;
+    try {
+        again.tools = common_chat_tools_parse_oaicompat(common_json::parse(dump(tools)));
+    } catch (const std::exception & e) {
+        fail(std::string("grammar_tools: ") + e.what());
+    }
+    const auto t_template = steady::now();
+    common_chat_params chat;
+    try {
+        chat = apply_template(m, again);
+    } catch (const std::exception & e) {
+        fail(std::string("chat template failed on grammar_tools: ") + e.what());
+    }
+    r.ms_template += ms_since(t_template);
+    r.chat.grammar          = std::move(chat.grammar);
+    r.chat.grammar_lazy     = chat.grammar_lazy;
+    r.chat.grammar_triggers = std::move(chat.grammar_triggers);
+    r.chat.preserved_tokens = std::move(chat.preserved_tokens);
+}
+
 // The tokens of a rendered text, from the handle's token cache (only what is new in it is
 // tokenized); with the check_tokens test hook, compared with a tokenization from scratch.
 std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text, Request & r) {

@@ -21,6 +21,12 @@ common_chat_params apply_template(const ModelView & m, common_chat_templates_inp
 common_chat_templates_inputs render(const ModelView & m, Inputs & inputs, bool parallel, bool tools_active,
                                     Request & r);
 
+// The grammar of the call's tool calls built from `tools` (the option grammar_tools) rather than
+// from the tools the prompt shows: the template applied again to the same inputs with them, its
+// tool-call grammar, laziness, triggers and preserved tokens taking the render's place in r.chat.
+// The prompt, the output parser and the stops stay the render's.
+void grammar_from_tools(const ModelView & m, const common_chat_templates_inputs & in, const json & tools, Request & r);
+
 // The tokens of a rendered text, from the handle's token cache.
 std::vector<llama_token> tokens_of(const ModelView & m, const std::string & text, Request & r);
 

@@ -14,6 +14,7 @@
 #include "speculation.h"
 #include "test_hooks.h"
 
+#include <algorithm>
 #include <string>
 
 namespace el {
@@ -67,14 +68,23 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const bool forced       = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
     const bool tools_active = !inputs.tools.empty() && r.tool_choice != ToolChoice::None;
     const json schema       = read_response_format(opt);
+    const json narrowed     = read_grammar_tools(opt, inputs.tools);
+    const json & call_tools = narrowed.is_null() ? inputs.tools : narrowed;
+    if (!narrowed.is_null() && r.tool_choice == ToolChoice::Named &&
+        std::none_of(narrowed.begin(), narrowed.end(), [&](const json & t) { return t["function"]["name"] == named; })) {
+        fail("\"tool_choice\" names \"" + named + "\", which is not among the grammar_tools");
+    }
 
     common_chat_templates_inputs in = render(m, inputs, parallel, tools_active, r);
+    if (!narrowed.is_null() && tools_active) {
+        grammar_from_tools(m, in, narrowed, r);
+    }
     if (tools_active && !m.chat.supports_tools) {
         r.warnings.push_back("tools were given, but this model's chat template (" + m.chat.source +
                              ") does not show tools to the model: it cannot know them (give a chat_template "
                              "that renders tools, or use a model whose template does)");
     }
-    choose_grammar(m.vocab, inputs.tools, named, parallel, forced, tools_active, schema, r);
+    choose_grammar(m.vocab, call_tools, named, parallel, forced, tools_active, schema, r);
     set_greedy(m.vocab, r);
     // Forced calls, and calls beside a response_format, are written as JSON by construction;
     // recovery is how they are read.

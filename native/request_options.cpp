@@ -16,14 +16,14 @@ namespace el {
 
 namespace {
 
-void check_tools(const json & tools) {
+void check_tools(const json & tools, const std::string & what = "tools") {
     if (!tools.is_array()) {
-        fail("tools must be a JSON array");
+        fail(what + " must be a JSON array");
     }
     std::set<std::string> seen;
     for (size_t i = 0; i < tools.size(); i++) {
         const json & t = tools[i];
-        const std::string where = "tools[" + std::to_string(i) + "]";
+        const std::string where = what + "[" + std::to_string(i) + "]";
         if (!t.is_object() || get_string(t, "type", "function") != "function" || !t.contains("function") ||
             !t["function"].is_object()) {
             fail(where + " must be {\"type\": \"function\", \"function\": {...}}");
@@ -116,7 +116,8 @@ Inputs read_inputs(MessageCache & cache, const std::optional<std::string> & defa
                                  "repeat_penalty", "frequency_penalty", "presence_penalty", "repeat_last_n",
                                  "tool_choice", "parallel_tool_calls", "response_format", "logprobs",
                                  "top_logprobs", "logit_bias", "ignore_eos", "tool_call_recovery",
-                                 "timeout_ms", "cache_prompt", "session", "scope", "request_id", "speculative", "_test"},
+                                 "timeout_ms", "cache_prompt", "session", "scope", "request_id", "speculative",
+                                 "grammar_tools", "_test"},
                        "options");
     return in;
 }
@@ -208,6 +209,29 @@ std::string read_tool_choice(const json & opt, const json & tools, Request & r) 
         fail("\"tool_choice\" names \"" + named + "\", which is not among the tools");
     }
     return named;
+}
+
+json read_grammar_tools(const json & opt, const json & tools) {
+    const json * gt = find(opt, "grammar_tools");
+    if (gt == nullptr || gt->is_null()) {
+        return json();
+    }
+    if (!gt->is_array() || gt->empty()) {
+        fail("\"grammar_tools\" must be a non-empty array of tools (those of \"tools\" that a call may name, "
+             "with the schemas its arguments must match)");
+    }
+    check_tools(*gt, "grammar_tools");
+    std::set<std::string> offered;
+    for (const json & t : tools) {
+        offered.insert(t["function"]["name"].get<std::string>());
+    }
+    for (size_t i = 0; i < gt->size(); i++) {
+        const std::string name = (*gt)[i]["function"]["name"].get<std::string>();
+        if (!offered.count(name)) {  // a call the prompt never showed the model could not be meant
+            fail("grammar_tools[" + std::to_string(i) + "] names \"" + name + "\", which is not among the tools");
+        }
+    }
+    return *gt;
 }
 
 json read_response_format(const json & opt) {

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import planner
+from . import chain, planner
 from .answers import calls_in_text, invented_numbers, verdict
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .repeats import LOOK_UP, call_key, nudge_text, relevant_tools, runaway, told_text
@@ -241,6 +241,15 @@ class _Run:
         if self.offer is None or schemas is None:
             return schemas
         return [t for t in schemas if t["function"]["name"] in self.offer] or None
+
+    def chains(self) -> bool:
+        """Are the next turn's name slots narrowed to the names found (chain.py)? On a planned
+        step's first turn only, decided on the benchmark's development half: the turns after a
+        step's calls end it by repeating a call, which a narrowed slot forbids, and where the
+        model acts on the question as asked (the plain loop, a one-step plan) it picks the tool as
+        it goes; in both it then wrote a new call with the found name in the wrong tool
+        (country_of(city="Norway") after country_of(city="Bergen") returned Norway)."""
+        return self.phase == "act" and bool(self.steps) and self.steps[0] is not None and self.step_turns == 0
 
     def acts_as_asked(self) -> bool:
         """Is the model acting on the question as asked (the plain loop, or a one-step plan)?"""
@@ -506,7 +515,10 @@ class AgentCore:
             if state.tool_turns >= self.spec.max_steps:
                 return state.result("max_steps")
             state.tool_turns += 1
-        return Generate(state.messages, state.turn_tools(self.spec.schemas), state.options(self.spec.options))
+        tools, options = state.turn_tools(self.spec.schemas), state.options(self.spec.options)
+        if state.chains() and (narrow := chain.grammar_tools(tools, chain.choices(state.question, state.results))):
+            options["grammar_tools"] = narrow  # a name a lookup found, not one from nowhere (chain.py)
+        return Generate(state.messages, tools, options)
 
     def _after_loop_turn(self, result: Result) -> AgentResult | list[dict[str, Any]]:
         state = self.state

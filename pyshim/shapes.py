@@ -109,6 +109,7 @@ class GenerateOptions(TypedDict, total=False):
     scope: str
     request_id: str
     speculative: str | dict[str, Any]
+    grammar_tools: list[dict[str, Any]]
     # OpenAI's spellings (pyshim.habits): max_completion_tokens is max_tokens, prompt_cache_key a
     # session, n must be 1; the others are accepted and dropped, as the door drops them
     max_completion_tokens: int

@@ -15,11 +15,13 @@ class Scripted:
         self.replies = replies
         self.seen: list[list[dict[str, Any]]] = []
         self.offered: list[list[str]] = []
+        self.schemas: list[list[dict[str, Any]]] = []  # the tools each turn's grammar was built from
         self.options: list[dict[str, Any]] = []
 
     def generate(self, messages: Any, tools: Any = None, on_delta: Any = None, **options: Any) -> dict[str, Any]:
         self.seen.append([dict(m) for m in messages])
         self.offered.append([t["function"]["name"] for t in tools or []])
+        self.schemas.append(list(options.get("grammar_tools") or tools or []))
         self.options.append(options)
         reply = self.replies.pop(0)
         calls = [

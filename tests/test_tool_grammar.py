@@ -5,7 +5,10 @@ bare JSON and, unconstrained, keeps writing calls until the token limit."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import pytest
 
 import pyshim
 from pyshim.cli import DEMO_SYSTEM, DEMO_TASK
@@ -115,3 +118,94 @@ def test_the_forced_call_grammar_follows_the_tools_of_each_call(qwen: pyshim.Mod
         assert call["function"]["name"] in names, (names, call)
         required = set(by_name[call["function"]["name"]]["function"]["parameters"].get("required", []))
         assert required <= set(json.loads(call["function"]["arguments"]))
+
+
+# The second link of a chain (issue 56): country_of(Kyoto) returned Japan, and the model, free,
+# calls country_of(Kyoto) again.
+KYOTO = [
+    {"role": "user", "content": "Which country is Kyoto in, and what is the population of that country's capital?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "country_of", "arguments": '{"city": "Kyoto"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "name": "country_of", "content": "Japan"},
+]
+
+
+def _place_tool(name: str, slot: str, what: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"Get the {what}.",
+            "parameters": {"type": "object", "properties": {slot: {"type": "string"}}, "required": [slot]},
+        },
+    }
+
+
+PLACES = [
+    _place_tool("country_of", "city", "country a city is in"),
+    _place_tool("capital_of", "country", "capital city of a country"),
+    _place_tool("get_population", "city", "population of a city"),
+]
+
+
+def _narrowed(tools: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    out = json.loads(json.dumps(tools))
+    for t in out:
+        for prop in t["function"]["parameters"]["properties"].values():
+            prop["enum"] = names
+    return out
+
+
+def _calls(r: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in r.get("tool_calls") or []]
+
+
+def test_grammar_tools_narrow_the_call_and_leave_the_prompt_alone(qwen: pyshim.Model) -> None:
+    """The ``grammar_tools`` option (ABI 1.14): the call's grammar is built from narrowed copies of
+    the tools while the prompt shows the tools as given. Free, the model repeats the request's name
+    (Kyoto); with the slots narrowed to the name the lookup found, the call's argument is Japan,
+    whether the template's lazy grammar catches the call (tool_choice auto) or the forced one does;
+    and with the grammar narrowed to one tool, the forced call is that tool. The rendered prompt
+    (text and tokens) is the same with and without, so the cached prefix is too."""
+    narrowed = _narrowed(PLACES, ["Japan"])
+    qwen.reset()
+    assert _calls(qwen.generate(KYOTO, PLACES, max_tokens=60)) == [("country_of", {"city": "Kyoto"})]
+    for choice in ("auto", "required"):
+        r = qwen.generate(KYOTO, PLACES, max_tokens=60, tool_choice=choice, grammar_tools=narrowed)
+        assert [args for _, args in _calls(r)] in ([{"city": "Japan"}], [{"country": "Japan"}]), (choice, r)
+    only = qwen.generate(KYOTO, PLACES, max_tokens=60, tool_choice="required", grammar_tools=narrowed[1:2])
+    assert _calls(only) == [("capital_of", {"country": "Japan"})]
+    hook = {"prepare_only": True}
+    free = qwen.generate(KYOTO, PLACES, max_tokens=1, _test=hook)["prepared"]
+    held = qwen.generate(KYOTO, PLACES, max_tokens=1, grammar_tools=narrowed, _test=hook)["prepared"]
+    assert (held["prompt"], held["tokens"]) == (free["prompt"], free["tokens"])
+    assert held["grammar_triggers"] == free["grammar_triggers"]
+    # Each alternative's slots (the template's <tool_call> grammar, tpl-*, and the bare-JSON one,
+    # bare-*) take Japan alone; free, they take any string.
+    slots = dict(re.findall(r"^(\S+-(?:city|country)) ::= (.*)$", held["grammar"], re.MULTILINE))
+    assert {name.split("-")[0] for name in slots} == {"tpl", "bare"}, held["grammar"]
+    assert set(slots.values()) == {'("\\"Japan\\"")'}, slots
+    assert "Japan" not in free["grammar"]
+
+
+@pytest.mark.parametrize(
+    ("grammar_tools", "extra", "says"),
+    [
+        ([], {}, "non-empty array of tools"),
+        ("capital_of", {}, "non-empty array of tools"),
+        ([_place_tool("get_weather", "city", "weather")], {}, 'grammar_tools[0] names "get_weather"'),
+        ([{"type": "function", "function": {"name": "capital_of", "parameters": "x"}}], {}, "[0].function.parameters"),
+        (PLACES[1:2], {"tool_choice": {"type": "function", "function": {"name": "country_of"}}}, "not among the"),
+    ],
+)
+def test_grammar_tools_that_do_not_fit_the_tools_are_refused(
+    qwen: pyshim.Model, grammar_tools: Any, extra: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(pyshim.InvalidRequest, match=re.escape(says)):
+        qwen.generate(KYOTO, PLACES, max_tokens=1, grammar_tools=grammar_tools, **extra)
+    assert _calls(qwen.generate(KYOTO, PLACES, max_tokens=60)) == [("country_of", {"city": "Kyoto"})]

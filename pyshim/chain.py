@@ -1,0 +1,120 @@
+"""Chains by construction: what a call may write in a name slot once a lookup found one.
+
+A small model asked for the second link of a chain ("the capital of the country Kyoto is in")
+writes the name it read in the request instead of the one the first call returned:
+``country_of(city="Kyoto")`` returns Japan, then it calls ``capital_of(country="Kyoto")``. Offering
+the found value *beside* free text changes nothing under greedy decoding (every token the model
+would pick stays allowed), so once a lookup has returned a name, a free string slot of the call is
+narrowed to a choice: the names results returned, and the names of the request that no call has
+taken yet (a later part of the request may still need one: "the country Lyon is in, and the
+temperature in Oslo"). The model picks; it cannot write a name from nowhere.
+
+The narrowing reaches only the call's grammar (the ``grammar_tools`` option, ABI 1.14): the prompt
+still shows the tools as given. Narrowing the tools the model is *shown* was tried first and lost a
+task on the development half: the schemas in the system message moved the model's choice of tool,
+and a prompt that changes with the choices loses the cached prefix each turn.
+
+What counts as a name is deliberately narrow, so figures, units and expressions stay free: a
+result value with no digit that is not an echo of its own call's arguments ("Tokyo" in
+``{"city": "Tokyo", "temperature_c": 16}``), and a capitalised word of the request that does not
+open a sentence. A slot is narrowed only when it is a plain string (no enum, pattern or format of
+its own); a tool with no such slot is offered unchanged.
+
+The invariant: this module only ever narrows a tool's schema, never widens it, and does no I/O
+(``agent_core`` asks it for the next turn's ``grammar_tools``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["choices", "grammar_tools", "narrowed"]
+
+_DIGIT = re.compile(r"\d")
+# A capitalised word (or run of them: "Buenos Aires") that does not open a sentence.
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
+_LONGEST = 40  # longer result text is a sentence or a record, not a name to pass on
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _arguments(call: Mapping[str, Any]) -> list[str]:
+    try:
+        args = json.loads(call["function"]["arguments"] or "{}")
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return []
+    return [str(v) for v in _leaves(args)]
+
+
+def _names(output: str, own: Sequence[str]) -> list[str]:
+    try:
+        parsed = json.loads(output)
+    except json.JSONDecodeError:
+        parsed = output
+    taken = {a.strip().lower() for a in own}
+    out = []
+    for leaf in _leaves(parsed):
+        text = leaf.strip() if isinstance(leaf, str) else ""
+        if text and len(text) <= _LONGEST and not _DIGIT.search(text) and text.lower() not in taken:
+            out.append(text)
+    return out
+
+
+def choices(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
+    """The names a planned step may pass on: every name a successful result returned, then the
+    request's names no successful call took. Empty until some result returned a name."""
+    found: list[str] = []
+    used: set[str] = set()
+    for call, output in results:
+        if output.startswith("error:"):
+            continue
+        own = _arguments(call)
+        used |= {a.strip().lower() for a in own}
+        found += [n for n in _names(output, own) if n not in found]
+    if not found:
+        return []
+    asked = [n for n in _NAME.findall(question.strip()) if n.lower() not in used]
+    return found + [n for n in asked if n not in found]
+
+
+def _free_string(prop: Any) -> bool:
+    return (
+        isinstance(prop, dict)
+        and prop.get("type") == "string"
+        and not ({"enum", "const", "pattern", "format", "anyOf", "oneOf"} & prop.keys())
+    )
+
+
+def narrowed(schemas: list[dict[str, Any]] | None, names: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The tools with each free string slot limited to ``names`` (unchanged when there are none)."""
+    if not schemas or not names:
+        return schemas
+    out = []
+    for schema in schemas:
+        props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+        slots = [k for k, p in props.items() if _free_string(p)]
+        if not slots:
+            out.append(schema)
+            continue
+        schema = copy.deepcopy(schema)
+        for k in slots:
+            schema["function"]["parameters"]["properties"][k]["enum"] = list(names)
+        out.append(schema)
+    return out
+
+
+def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The ``grammar_tools`` option for a turn offered ``schemas``: the narrowed tools, or None
+    when nothing is narrowed (no names found yet, or no free string slot)."""
+    out = narrowed(schemas, names)
+    return out if out is not None and out != schemas else None

@@ -1,0 +1,116 @@
+"""Chains by construction (issue 56, item 2): once a lookup has returned a name, a planned step's
+free string slots offer the found names and the request's untaken ones, and nothing else.
+
+The bookkeeping runs on a scripted stand-in (tests/scripted.py); what it changes on the real
+model is measured by ``bench.agent_tasks`` (the development half decided it; the report half is
+reported, never tuned on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scripted import Scripted
+
+from pyshim import Agent
+from pyshim.chain import choices, narrowed
+
+KYOTO = "Which country is Kyoto in, and what is the population of that country's capital?"
+
+
+def country_of(city: str) -> str:
+    """Get the country a city is in.
+
+    Args:
+        city: the city name.
+    """
+    return {"Kyoto": "Japan"}[city]
+
+
+def capital_of(country: str) -> str:
+    """Get the capital city of a country.
+
+    Args:
+        country: the country name.
+    """
+    return {"Japan": "Tokyo"}[country]
+
+
+def get_population(city: str) -> str:
+    """Get the population of a city.
+
+    Args:
+        city: the city name.
+    """
+    return {"Tokyo": "13960000"}[city]
+
+
+def _call(name: str, args: str) -> dict[str, Any]:
+    return {"function": {"name": name, "arguments": args}}
+
+
+def test_the_found_name_is_offered_and_the_request_name_a_call_took_is_not() -> None:
+    found = [(_call("country_of", '{"city": "Kyoto"}'), "Japan")]
+    assert choices(KYOTO, found) == ["Japan"]
+    later = "What country is Lyon in, and what is the temperature in Oslo?"
+    assert choices(later, [(_call("country_of", '{"city": "Lyon"}'), "France")]) == ["France", "Oslo"]
+
+
+def test_figures_echoes_and_failures_are_not_names() -> None:
+    weather = (_call("get_weather", '{"city": "Oslo"}'), '{"city": "Oslo", "temperature_c": 7}')
+    price = (_call("get_price", '{"item": "pear"}'), "0.55 EUR")
+    failed = (_call("country_of", '{"city": "Narnia"}'), "error: KeyError: unknown city")
+    assert choices("Oslo and pears", [weather, price, failed]) == []
+
+
+def test_only_free_string_slots_are_narrowed_and_the_input_is_left_alone() -> None:
+    schemas = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "unit": {"type": "string", "enum": ["c", "f"]},
+                        "n": {"type": "number"},
+                    },
+                },
+            },
+        }
+    ]
+    out = narrowed(schemas, ["Japan"])
+    assert out is not None
+    props = out[0]["function"]["parameters"]["properties"]
+    assert props["city"]["enum"] == ["Japan"]
+    assert props["unit"]["enum"] == ["c", "f"] and "enum" not in props["n"]
+    assert "enum" not in schemas[0]["function"]["parameters"]["properties"]["city"]
+    assert narrowed(schemas, []) is schemas
+
+
+def test_a_planned_step_after_a_lookup_is_offered_the_found_name() -> None:
+    model = Scripted(
+        [
+            {"content": "Which country is Kyoto in?\nWhat is the capital of that country?\nWhat is its population?"},
+            {"calls": [("country_of", '{"city": "Kyoto"}')]},
+            {"calls": [("country_of", '{"city": "Kyoto"}')]},  # the step's repeat ends it
+            {"calls": [("capital_of", '{"country": "Japan"}')]},
+            {"calls": [("capital_of", '{"country": "Japan"}')]},
+            {"calls": [("get_population", '{"city": "Tokyo"}')]},
+            {"calls": [("get_population", '{"city": "Tokyo"}')]},
+            {"content": "none"},
+            {"content": "Kyoto is in Japan; its capital Tokyo has 13960000 people."},
+        ]
+    )
+    result = Agent(model, [country_of, capital_of, get_population], plan=True).run(KYOTO)  # type: ignore[arg-type]
+    assert result.stopped == "answer"
+
+    def slot(turn: int, tool: str, name: str) -> dict[str, Any]:
+        (schema,) = [s for s in model.schemas[turn] if s["function"]["name"] == tool]
+        return schema["function"]["parameters"]["properties"][name]
+
+    assert "enum" not in slot(1, "capital_of", "country")  # nothing found yet: free
+    assert slot(3, "capital_of", "country")["enum"] == ["Japan"]  # not "Kyoto": a call took it
+    assert "enum" not in slot(4, "capital_of", "country")  # after its calls a step ends by a repeat: free
+    assert slot(5, "get_population", "city")["enum"] == ["Japan", "Tokyo"]
