@@ -32,6 +32,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .planner import leaves
+
 __all__ = ["choices", "grammar_tools", "narrowed"]
 
 _DIGIT = re.compile(r"\d")
@@ -40,20 +42,12 @@ _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
 _LONGEST = 40  # longer result text is a sentence or a record, not a name to pass on
 
 
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in _leaves(v)]
-    if isinstance(value, list):
-        return [leaf for v in value for leaf in _leaves(v)]
-    return [value]
-
-
 def _arguments(call: Mapping[str, Any]) -> list[str]:
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
     except (json.JSONDecodeError, TypeError, KeyError):
         return []
-    return [str(v) for v in _leaves(args)]
+    return [str(v) for v in leaves(args)]
 
 
 def _names(output: str, own: Sequence[str]) -> list[str]:
@@ -63,7 +57,7 @@ def _names(output: str, own: Sequence[str]) -> list[str]:
         parsed = output
     taken = {a.strip().lower() for a in own}
     out = []
-    for leaf in _leaves(parsed):
+    for leaf in leaves(parsed):
         text = leaf.strip() if isinstance(leaf, str) else ""
         if text and len(text) <= _LONGEST and not _DIGIT.search(text) and text.lower() not in taken:
             out.append(text)

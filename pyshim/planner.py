@@ -32,6 +32,7 @@ __all__ = [
     "answer_messages",
     "facts",
     "grounded",
+    "leaves",
     "parse_steps",
     "plan_messages",
     "prompt_texts",
@@ -244,11 +245,12 @@ def _numbers(text: str) -> set[float]:
     return out
 
 
-def _leaves(value: Any) -> list[Any]:
+def leaves(value: Any) -> list[Any]:
+    """The scalars of a JSON value (a call's arguments, a tool's result), in order."""
     if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in _leaves(v)]
+        return [leaf for v in value.values() for leaf in leaves(v)]
     if isinstance(value, list):
-        return [leaf for v in value for leaf in _leaves(v)]
+        return [leaf for v in value for leaf in leaves(v)]
     return [value]
 
 
@@ -266,11 +268,11 @@ def grounded(call: dict[str, Any], known: str) -> bool:
         args = json.loads(call["function"]["arguments"] or "{}")
     except (json.JSONDecodeError, TypeError):
         return True  # its error goes back to the model as the call's result
-    leaves = [v for v in _leaves(args) if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
-    if not leaves:
+    values = [v for v in leaves(args) if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+    if not values:
         return True  # nothing it could have made up
     numbers, text = _numbers(known), known.lower()
-    for v in leaves:
+    for v in values:
         if isinstance(v, str) and not _NUMBER.search(v):
             if v.strip() and v.strip().lower() in text:
                 return True

@@ -1,9 +1,10 @@
 """Chains by construction (issue 56, item 2): once a lookup has returned a name, a planned step's
-free string slots offer the found names and the request's untaken ones, and nothing else.
+first call may put in a free string slot only the found names and the request's untaken ones, in
+its grammar (``grammar_tools``) while the tools it is shown stay as given.
 
-The bookkeeping runs on a scripted stand-in (tests/scripted.py); what it changes on the real
-model is measured by ``bench.agent_tasks`` (the development half decided it; the report half is
-reported, never tuned on).
+The bookkeeping runs on a scripted stand-in (tests/scripted.py); the grammar on the real model is
+tested in test_tool_grammar.py, and what it changes on the agent tasks is measured by
+``bench.agent_tasks`` (the development half decided it; the report half is reported, never tuned on).
 """
 
 from __future__ import annotations
