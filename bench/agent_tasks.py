@@ -290,6 +290,7 @@ def single_table(single: list[dict[str, Any]]) -> list[str]:
 
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every requested mode and suite on one catalogue model; the peers through a door of their own."""
+    ran_at = commit()  # the code that runs is what was there at the start (a commit made meanwhile is not it)
     tasks = [t for t in TASKS if t.half in args.halves and (not args.family or t.family in args.family)]
     singles = [s for s in SINGLE if s.half in args.halves]
     with contextlib.ExitStack() as stack:
@@ -302,7 +303,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             mode: [progress(run_task(m, t, mode, door)) for t in tasks] for mode in args.modes if "multi" in args.suite
         }
         single = [progress(run_single(m, c)) for c in singles] if "single" in args.suite else []
-    return {"multi": multi, "single": single, "commits": dict.fromkeys(multi, commit())}
+    return {"multi": multi, "single": single, "commits": dict.fromkeys(multi, ran_at)}
 
 
 def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
