@@ -56,6 +56,7 @@ PASSTHROUGH = (
     "min_p",
     "ignore_eos",
     "speculative",
+    "grammar_tools",
 )
 
 # Chat-completion fields the door reads (PASSTHROUGH and the envelope), and OpenAI's fields it

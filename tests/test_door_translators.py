@@ -215,6 +215,17 @@ def test_n_choices_draw_with_consecutive_seeds() -> None:
     assert r["system_fingerprint"].startswith("fp_")
 
 
+def test_pyshims_own_options_reach_the_model_from_the_chat_route() -> None:
+    """speculative and grammar_tools (the call's grammar from narrowed tools) are el_generate's
+    options the chat route passes on, as an OpenAI client sends them (extra_body)."""
+    narrowed = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object",
+                 "properties": {"city": {"enum": ["Paris"]}}}}}]  # fmt: skip
+    model = Scripted(([], result("ok", [], "stop")))
+    body = {"messages": USER, "tools": TOOLS, "grammar_tools": narrowed, "speculative": "ngram-simple"}
+    assert run(model, lambda http: http.post("/v1/chat/completions", json=body)).status_code == 200
+    assert model.options[0]["grammar_tools"] == narrowed and model.options[0]["speculative"] == "ngram-simple"
+
+
 def test_a_request_without_model_gets_the_served_one_and_another_name_is_404() -> None:
     model = Scripted(([], result("yes", [], "stop")))
 
