@@ -315,8 +315,21 @@ void Engine::prefill(Prepared & p, std::unique_lock<std::mutex> & lock, DeltaStr
         // renders the reply otherwise in the next call's history) and one token short
         // of the end (the same prompt again, or this prompt plus the reply and more).
         size_t at = n_reused;
+        // How far back a sliding window's trim reaches after this call: llama.cpp's SWA cache
+        // keeps n_ubatch cells beyond the window (measured on gemma-3-270m, n_ubatch 512: a
+        // 400-token reply trimmed back, a 520-token one did not), of which half is counted. Only
+        // for one conversation on the handle (others' cells share that cache) and one that
+        // reused a prefix (a first call's checkpoints are the ones the host and disk tiers
+        // keep). A trim that falls short is seen (holds_exactly) and the last message's
+        // checkpoint serves: never a wrong cache, at worst a longer prefill.
+        const bool   window = p.call.cache->kind() == MemoryKind::SlidingWindow;
+        const size_t reach  = window && cfg_.n_seq == 1 && n_reused > 0 ? (size_t) std::min(cfg_.n_batch, 512) / 2 : 0;
         for (size_t stop : {req.last_message_start, req.generation_start, n_prompt - 1}) {
-            if (rc == 0 && stop > at && stop < n_prompt) {
+            // Each checkpoint splits the prefill: one more pass over the weights (~10 ms on
+            // gemma-3-270m, a third of a next turn's wall). Past the last message, one the
+            // window's trim will reach after this call is not worth that pass.
+            const bool trim_serves = stop > req.last_message_start && n_prompt - stop + req.max_tokens <= reach;
+            if (rc == 0 && stop > at && stop < n_prompt && !trim_serves) {
                 rc = evaluate(p.call, lock, req.prompt, at, stop, false, progress);
                 at = stop;
                 if (rc == 0) {

@@ -196,6 +196,33 @@ def test_gemma_two_call_regression() -> None:
         # (that trusting seq_rm is wrong here is shown by test_oracle_flags_a_corrupted_cache[gemma-swa])
 
 
+def test_a_window_trim_takes_the_place_of_a_checkpoint_only_where_it_reaches() -> None:
+    """On a sliding-window cache each checkpoint past the last message costs the prefill one more
+    pass over the weights (native/engine.cpp). A next turn whose question and reply the window's
+    trim will reach saves none and is served by the trim when asked again (every prompt token but
+    the last reused, within the KL bound of a fresh evaluation); one whose reply may run past
+    that reach keeps its checkpoint at the prompt's end, which then serves a prompt asked again
+    after a 600-token reply (a reach set too long loses it: only the last message's is left)."""
+    path = models.path(GEMMA)
+    rng = random.Random("window-trim")
+    history = [{"role": "system", "content": text(rng, 300)}, {"role": "user", "content": text(rng, 40)}]
+    with pyshim.Model(path, n_ctx=4096, swa_full=False) as reused, pyshim.Model(path, n_ctx=4096) as fresh:
+        reply = reused.generate(history, max_tokens=8, temperature=0)["message"]
+        for max_tokens in (8, 600):
+            turn = [*history, reply, {"role": "user", "content": f"In {max_tokens} words: " + text(rng, 12)}]
+            before = reused.stats()["cache"]["n_checkpoints"]
+            first = reused.generate(turn, max_tokens=max_tokens, temperature=0, ignore_eos=True)
+            assert first["n_reused"] > 300 and first["n_decoded"] == max_tokens
+            # the first turn saves its last message's (the template renders the reply anew, so the
+            # prefix ends inside it) and nothing past it; the second starts at its last message
+            # and saves the reply turn's and the end's
+            saved = reused.stats()["cache"]["n_checkpoints"] - before
+            assert saved == (1 if max_tokens == 8 else 2), (max_tokens, saved)
+            bad, again = divergence(reused, fresh, turn)
+            assert again["n_reused"] == again["n_prompt"] - 1, (max_tokens, again["n_reused"], again["n_prompt"])
+            assert bad < KL_BOUND, f"KL {bad:.4f}"
+
+
 def test_the_kl_oracle_fails_lists_that_share_nothing() -> None:
     """Two next-token distributions with disjoint top-K lists are far apart (the oracle returned
     0.0 for them once); equal ones are 0; a swapped top-2 is over the bound."""
