@@ -14,7 +14,6 @@
 #include "speculation.h"
 #include "test_hooks.h"
 
-#include <algorithm>
 #include <string>
 
 namespace el {
@@ -68,12 +67,8 @@ Request parse_request(const ModelView & m, const char * messages_json, const cha
     const bool forced       = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
     const bool tools_active = !inputs.tools.empty() && r.tool_choice != ToolChoice::None;
     const json schema       = read_response_format(opt);
-    const json narrowed     = read_grammar_tools(opt, inputs.tools);
+    const json narrowed     = read_grammar_tools(opt, named, r);
     const json & call_tools = narrowed.is_null() ? inputs.tools : narrowed;
-    if (!narrowed.is_null() && r.tool_choice == ToolChoice::Named &&
-        std::none_of(narrowed.begin(), narrowed.end(), [&](const json & t) { return t["function"]["name"] == named; })) {
-        fail("\"tool_choice\" names \"" + named + "\", which is not among the grammar_tools");
-    }
 
     common_chat_templates_inputs in = render(m, inputs, parallel, tools_active, r);
     if (!narrowed.is_null() && tools_active) {

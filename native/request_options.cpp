@@ -211,7 +211,7 @@ std::string read_tool_choice(const json & opt, const json & tools, Request & r) 
     return named;
 }
 
-json read_grammar_tools(const json & opt, const json & tools) {
+json read_grammar_tools(const json & opt, const std::string & named, const Request & r) {
     const json * gt = find(opt, "grammar_tools");
     if (gt == nullptr || gt->is_null()) {
         return json();
@@ -221,15 +221,16 @@ json read_grammar_tools(const json & opt, const json & tools) {
              "with the schemas its arguments must match)");
     }
     check_tools(*gt, "grammar_tools");
-    std::set<std::string> offered;
-    for (const json & t : tools) {
-        offered.insert(t["function"]["name"].get<std::string>());
-    }
+    bool names_named = false;
     for (size_t i = 0; i < gt->size(); i++) {
         const std::string name = (*gt)[i]["function"]["name"].get<std::string>();
-        if (!offered.count(name)) {  // a call the prompt never showed the model could not be meant
+        if (!r.tool_names.count(name)) {  // a call the prompt never showed the model could not be meant
             fail("grammar_tools[" + std::to_string(i) + "] names \"" + name + "\", which is not among the tools");
         }
+        names_named = names_named || name == named;
+    }
+    if (r.tool_choice == ToolChoice::Named && !names_named) {
+        fail("\"tool_choice\" names \"" + named + "\", which is not among the grammar_tools");
     }
     return *gt;
 }

@@ -36,8 +36,9 @@ void read_sampling(const json & opt, const ModelView & m, int32_t max_top_logpro
 std::string read_tool_choice(const json & opt, const json & tools, Request & r);
 
 // grammar_tools: the tools a call's grammar is built from instead of `tools` (each one of them by
-// name, typically with narrower argument schemas); null when absent. The prompt shows `tools`.
-json read_grammar_tools(const json & opt, const json & tools);
+// name, typically with narrower argument schemas, and the named tool_choice among them); null when
+// absent. The prompt shows `tools`. After read_tool_choice, whose tool names and choice it reads.
+json read_grammar_tools(const json & opt, const std::string & named, const Request & r);
 
 // response_format; returns the schema the output must match, or null.
 json read_response_format(const json & opt);

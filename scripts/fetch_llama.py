@@ -128,7 +128,7 @@ def unpack_pinned(archive: Path, staging: Path) -> None:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(staging, members=members, filter="data")
         else:
-            tar.extractall(staging, members=members)  # the archive is pinned, its members chosen above
+            tar.extractall(staging, members=members)
 
 
 def copy_tree(source: Path, staging: Path) -> None:
