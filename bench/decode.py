@@ -1,6 +1,6 @@
 """Decode with sampling and tools beside llama.cpp's tg128, in one run.
 
-``docs/bench-peers.md`` holds greedy decode to llama-bench's tg128. A call may also sample
+``bench.peers`` holds greedy decode to llama-bench's tg128. A call may also sample
 (temperature, top-p) and carry tools, which adds the sampler chain and a tool-call grammar
 (lazy: it waits for the model to begin a call) to every token. For each catalogue model this
 measures, on one handle, 128 tokens decoded from an empty cache in four modes, greedy or
