@@ -92,7 +92,8 @@ def client_of(scope: dict[str, Any]) -> str:
 
 class PerClientLimit:
     """ASGI middleware: at most ``limit`` requests in flight per client (0: no bound). A
-    stream counts until it ends."""
+    request counts until its response's last body message is handed to the server (a stream's
+    end), or until the app returns without one."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -108,12 +109,27 @@ class PerClientLimit:
             await self._refuse(scope, send)
             return
         self.running[who] += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.running[who] -= 1
+                if self.running[who] <= 0:
+                    del self.running[who]
+
+        async def send_then_release(message: dict[str, Any]) -> None:
+            # Released before the response's last bytes leave: a client that has read the whole
+            # response (a stream's [DONE]) and asks again at once must not find itself in flight.
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                release()
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_then_release)
         finally:
-            self.running[who] -= 1
-            if self.running[who] <= 0:
-                del self.running[who]
+            release()
 
     async def _refuse(self, scope: dict[str, Any], send: Any) -> None:
         message = f"more than {self.limit} requests in flight for this client; retry when one ends"

@@ -82,13 +82,29 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
 
 
+class Last(str):
+    """A stream's closing write: sent as the response's last body message, so that a client that
+    reads it finds its request already out of flight (door_limits releases the per-client bound on
+    the last body message; Starlette's own empty one would follow a read client by a step)."""
+
+
 class EventStream(StreamingResponse):
     """Server-sent events whose body iterator is always closed, also when the client left
-    mid-stream (Starlette cancels the send and leaves the iterator to the garbage collector)."""
+    mid-stream (Starlette cancels the send and leaves the iterator to the garbage collector); a
+    ``Last`` write ends the response."""
 
     def __init__(self, events: AsyncGenerator[str, None]) -> None:
         super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self._events = events
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self._events:
+            last = isinstance(chunk, Last)
+            await send({"type": "http.response.body", "body": chunk.encode(self.charset), "more_body": not last})
+            if last:
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -166,4 +182,4 @@ async def relay(
             await stream.aclose()
         if not counted and stream.result is not None:  # ended by the client's disconnect: it counts too
             metrics.generation(stream.result, started, first_at)
-    yield tail
+    yield Last(tail)  # the response's last body message: the bound is free before the client reads it

@@ -100,6 +100,9 @@ def test_a_client_past_its_bound_gets_429_and_another_key_is_served(url: str) ->
     t.join(120)
     assert done
     assert a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2).choices  # its turn again
+    for _ in range(5):  # a stream read to its end leaves the client's one place free at once
+        assert list(a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=3, stream=True))
+        assert a.chat.completions.create(model=SMOL, messages=msgs, max_tokens=2).choices
 
 
 def test_routes_without_v1_and_aliases(start_server: Any) -> None:
@@ -114,3 +117,47 @@ def test_routes_without_v1_and_aliases(start_server: Any) -> None:
     other = openai.OpenAI(base_url=url, api_key="x", max_retries=0)  # no /v1 in the base URL
     with pytest.raises(openai.NotFoundError, match=r"gpt-4\.1"):
         other.chat.completions.create(model="llama3", messages=ask["messages"], max_tokens=2)  # type: ignore[arg-type]
+
+
+def test_a_response_is_out_of_flight_once_its_last_bytes_are_sent() -> None:
+    """A client that has read a whole response and asks again at once is served: the bound is
+    released when the last body message is handed to the server, not when the app returns
+    (a streaming route still closes its generator after [DONE]; the next request raced it and
+    got 429 on a loaded machine). The app here holds on after its last message, as that
+    generator does, so the race is certain rather than likely."""
+    import asyncio
+
+    from pyshim.door_limits import PerClientLimit
+
+    async def main() -> list[int]:
+        tail = asyncio.Event()
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"done", "more_body": False})
+            if scope["path"] == "/first":
+                await tail.wait()  # the work after the response: a generator's cleanup
+
+        limit = PerClientLimit(app, 1)
+        statuses: list[int] = []
+
+        def scope(path: str) -> dict[str, Any]:
+            return {"type": "http", "path": path, "headers": [(b"authorization", b"Bearer key-a")]}
+
+        async def call(path: str) -> None:
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    statuses.append(message["status"])
+
+            await limit(scope(path), None, send)
+
+        first = asyncio.create_task(call("/first"))
+        await asyncio.sleep(0.01)  # its response is whole; its app has not returned
+        await call("/second")
+        tail.set()
+        await first
+        await call("/third")
+        assert limit.running == {}  # nothing left counted
+        return statuses
+
+    assert asyncio.run(main()) == [200, 200, 200]
