@@ -30,11 +30,23 @@ __all__ = [
 ]
 
 
+def _same_value(value: Any) -> Any:
+    """A JSON value with each whole float as its int: ``399.0`` and ``399`` are one argument."""
+    if isinstance(value, dict):
+        return {k: _same_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_same_value(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def call_key(call: Mapping[str, Any]) -> tuple[str, str]:
-    """A call's identity: its name and its arguments, whatever their formatting."""
+    """A call's identity: its name and its arguments, whatever their formatting (``399.0`` is
+    ``399``: a model that got 399.0 back and calls again with 399 repeats the call)."""
     fn = call["function"]
     try:
-        args = json.dumps(json.loads(fn["arguments"]), sort_keys=True)
+        args = json.dumps(_same_value(json.loads(fn["arguments"])), sort_keys=True)
     except (json.JSONDecodeError, TypeError):
         args = str(fn["arguments"])
     return fn["name"], args

@@ -35,6 +35,16 @@ def test_only_a_turn_of_answered_calls_counts_as_stuck() -> None:
     assert not repeats.repeats_only(unanswered, again)
 
 
+def test_a_whole_number_written_as_a_float_is_the_same_argument() -> None:
+    """399.0 and 399 are one call (a model that got 399.0 back called convert(399.0), then
+    convert(399): the second ran and its duplicate result went to the answer); 399.5 is another."""
+    first = repeats.call_key(call("c1", "convert", '{"value": 399.0, "unit": "km"}'))
+    assert repeats.call_key(call("c2", "convert", '{"unit": "km", "value": 399}')) == first
+    assert repeats.call_key(call("c3", "convert", '{"value": 399.5, "unit": "km"}')) != first
+    nested = repeats.call_key(call("c4", "f", '{"xs": [1.0, 2.5], "o": {"n": 3.0}}'))
+    assert nested == repeats.call_key(call("c5", "f", '{"xs": [1, 2.5], "o": {"n": 3}}'))
+
+
 def test_the_nudge_restates_the_question_and_every_result() -> None:
     text = repeats.nudge(ASKED)["content"]
     assert "What is the weather in Paris?" in text and 'get_weather(city="Paris") returned: sunny, 24 C' in text
