@@ -542,6 +542,7 @@ class AgentCore:
                 self._events.append({"type": "plan", "steps": steps})
                 state.begin_steps(steps)
             else:
+                steps = steps or planner.untaken_steps(state.question, state.results, self.spec.max_steps)
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
                 state.replan(steps)
             return []

@@ -38,6 +38,7 @@ __all__ = [
     "prompt_texts",
     "replan_messages",
     "step_message",
+    "untaken_steps",
 ]
 
 PLAN_TOKENS = 120  # a plan is a few brief lines; more is the model running on
@@ -114,6 +115,11 @@ REPLAN_SYSTEM = (
     "complete the request, each on its own line, or output: none."
 )
 REPLAN = "Request: {question}\nFound so far:\n{facts}"
+# A name the request gives that no call took, when the check found nothing left to do: a small
+# model read "Lima, Oslo and Tokyo" beside Lima's result and answered "none". The step points at
+# the call that took a name nearest before it in the request (asked what the request "asks about
+# Oslo", or to "do for Oslo what was done for Lima", the model called other tools).
+UNTAKEN_STEP = "Call {tool} for {subject}, as for {like}."
 REPLAN_EXAMPLES = [
     (
         "Who directed the film Vertigo, and in which year was the film Alien released?",
@@ -177,6 +183,30 @@ def replan_messages(question: str, results: list[Finding], notes: Sequence[Note]
         messages += [{"role": "user", "content": ask}, {"role": "assistant", "content": "\n".join(steps)}]
     ask = REPLAN.format(question=question, facts=facts(results, notes) or "(nothing)")
     return [*messages, {"role": "user", "content": ask}]
+
+
+# A capitalised word (or run of them: "Buenos Aires") that does not open a sentence.
+NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
+
+
+def untaken_steps(question: str, results: Sequence[Finding], limit: int) -> list[str]:
+    """A step for each name of the request that no call (run, failed or not) took as an argument,
+    after one that a call did take, in order, at most ``limit``: what the plan missed when the
+    check says nothing is left."""
+    took: dict[str, str] = {}  # an argument, lowercased -> the tool that took it
+    for call, _ in results:
+        try:
+            args = json.loads(call["function"]["arguments"] or "{}")
+        except (json.JSONDecodeError, TypeError):
+            continue
+        took.update({str(v).strip().lower(): call["function"]["name"] for v in leaves(args)})
+    steps, like = [], None
+    for name in dict.fromkeys(NAME.findall(question.strip())):
+        if name.lower() in took:
+            like = name
+        elif like is not None:
+            steps.append(UNTAKEN_STEP.format(tool=took[like.lower()], subject=name, like=like))
+    return steps[:limit]
 
 
 def parse_steps(text: str | None, limit: int) -> list[str]:
@@ -285,4 +315,4 @@ def prompt_texts() -> list[str]:
     """Every text this module puts in front of the model (for the vocabulary check)."""
     examples = [text for request, steps in EXAMPLES for text in (request, *steps)]
     examples += [text for request, found, steps in REPLAN_EXAMPLES for text in (request, found, *steps)]
-    return [PLAN_SYSTEM, PLAN_CONTEXT, STEP, REPLAN_SYSTEM, REPLAN, ANSWER_SYSTEM, ANSWER, *examples]
+    return [PLAN_SYSTEM, PLAN_CONTEXT, STEP, REPLAN_SYSTEM, REPLAN, UNTAKEN_STEP, ANSWER_SYSTEM, ANSWER, *examples]
