@@ -115,3 +115,54 @@ def test_a_planned_step_after_a_lookup_is_offered_the_found_name() -> None:
     assert slot(3, "capital_of", "country")["enum"] == ["Japan"]  # not "Kyoto": a call took it
     assert "enum" not in slot(4, "capital_of", "country")  # after its calls a step ends by a repeat: free
     assert slot(5, "get_population", "city")["enum"] == ["Japan", "Tokyo"]
+
+
+def test_a_name_no_call_took_gets_a_step_when_the_check_finds_nothing_left() -> None:
+    """qwen2.5-coder-0.5b planned "the population of Lyon, of Oslo and of Tokyo" as one step,
+    looked up Lyon, repeated it and answered the check with "none": the names no call took, after
+    one a call did take, become steps that name the call they mirror; a name before any taken one
+    (no call to mirror) and a name a failed call took do not."""
+    model = Scripted(
+        [
+            {"content": "What is the population of Lyon, of Oslo and of Tokyo?"},  # one step
+            {"calls": [("get_population", '{"city": "Lyon"}')]},
+            {"calls": [("get_population", '{"city": "Lyon"}')]},  # a repeat ends the step
+            {"content": "none"},  # the check finds nothing left
+            {"calls": [("get_population", '{"city": "Oslo"}')]},
+            {"calls": [("get_population", '{"city": "Oslo"}')]},
+            {"calls": [("get_population", '{"city": "Tokyo"}')]},
+            {"calls": [("get_population", '{"city": "Tokyo"}')]},
+            {"content": "Lyon 522000, Oslo 709037, Tokyo 13960000."},
+        ]
+    )
+
+    def population(city: str) -> str:
+        """Get the population of a city.
+
+        Args:
+            city: the city name.
+        """
+        return {"Lyon": "522000", "Oslo": "709037", "Tokyo": "13960000"}[city]
+
+    population.__name__ = "get_population"
+    events: list[dict[str, Any]] = []
+    question = "Dear Ann, what is the population of Lyon, of Oslo and of Tokyo?"
+    result = Agent(model, [population], plan=True, on_event=events.append).run(question)  # type: ignore[arg-type]
+    assert result.stopped == "answer"
+    revised = [e["steps"] for e in events if e["type"] == "plan" and e.get("revised")]
+    assert revised == [["Call get_population for Oslo, as for Lyon.", "Call get_population for Tokyo, as for Lyon."]]
+    assert [c["function"]["arguments"] for c in result.tool_calls] == [
+        '{"city": "Lyon"}', '{"city": "Oslo"}', '{"city": "Tokyo"}'
+    ]  # fmt: skip
+
+
+def test_untaken_steps_mirror_a_call_that_took_an_earlier_name() -> None:
+    from pyshim import planner
+
+    found = [({"function": {"name": "get_population", "arguments": '{"city": "Lyon"}'}}, "522000")]
+    assert planner.untaken_steps("How many live in Lyon and in Oslo?", found, 6) == [
+        "Call get_population for Oslo, as for Lyon."
+    ]
+    failed = [({"function": {"name": "get_population", "arguments": '{"city": "Oslo"}'}}, "error: KeyError")]
+    assert planner.untaken_steps("How many live in Lyon and in Oslo?", failed, 6) == []  # Lyon is before
+    assert planner.untaken_steps("How many live in Lyon and in Oslo?", [], 6) == []
