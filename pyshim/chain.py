@@ -32,13 +32,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .planner import leaves
+from .planner import NAME, leaves
 
 __all__ = ["choices", "grammar_tools", "narrowed"]
 
 _DIGIT = re.compile(r"\d")
-# A capitalised word (or run of them: "Buenos Aires") that does not open a sentence.
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
 _LONGEST = 40  # longer result text is a sentence or a record, not a name to pass on
 
 
@@ -77,7 +75,7 @@ def choices(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> 
         found += [n for n in _names(output, own) if n not in found]
     if not found:
         return []
-    asked = [n for n in _NAME.findall(question.strip()) if n.lower() not in used]
+    asked = [n for n in NAME.findall(question.strip()) if n.lower() not in used]
     return found + [n for n in asked if n not in found]
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "NAME",
     "PLAN_TOKENS",
     "answer_messages",
     "facts",
