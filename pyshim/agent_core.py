@@ -542,7 +542,11 @@ class AgentCore:
                 self._events.append({"type": "plan", "steps": steps})
                 state.begin_steps(steps)
             else:
-                steps = steps or planner.untaken_steps(state.question, state.results, self.spec.max_steps)
+                if not steps:  # what the check missed: a failed link a result can feed, a name no call took
+                    missed = chain.retry_steps(state.results) + planner.untaken_steps(
+                        state.question, state.results, self.spec.max_steps
+                    )
+                    steps = missed[: self.spec.max_steps]
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
                 state.replan(steps)
             return []

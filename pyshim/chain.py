@@ -32,9 +32,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .planner import NAME, leaves
+from .planner import NAME, RETRY_STEP, leaves
 
-__all__ = ["choices", "grammar_tools", "narrowed"]
+__all__ = ["choices", "grammar_tools", "narrowed", "retry_steps"]
 
 _DIGIT = re.compile(r"\d")
 _LONGEST = 40  # longer result text is a sentence or a record, not a name to pass on
@@ -110,3 +110,21 @@ def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) ->
     when nothing is narrowed (no names found yet, or no free string slot)."""
     out = narrowed(schemas, names)
     return out if out is not None and out != schemas else None
+
+
+def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
+    """Plan mode's steps for failed lookups a later result can feed: a tool that failed and never
+    succeeded, once more with the first name a later successful call returned that no call took
+    (the second link of a chain the model took in the wrong order)."""
+    taken = {a.strip().lower() for call, _ in results for a in _arguments(call)}
+    succeeded = {call["function"]["name"] for call, out in results if not out.startswith("error:")}
+    steps: list[str] = []
+    for i, (call, out) in enumerate(results):
+        tool = call["function"]["name"]
+        if not out.startswith("error:") or tool in succeeded:
+            continue
+        later = [n for c, o in results[i + 1 :] if not o.startswith("error:") for n in _names(o, _arguments(c))]
+        fresh = [n for n in later if n.lower() not in taken]
+        if fresh and (step := RETRY_STEP.format(tool=tool, subject=fresh[0])) not in steps:
+            steps.append(step)
+    return steps

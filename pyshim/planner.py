@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "NAME",
     "PLAN_TOKENS",
+    "RETRY_STEP",
     "answer_messages",
     "facts",
     "grounded",
@@ -121,6 +122,10 @@ REPLAN = "Request: {question}\nFound so far:\n{facts}"
 # the call that took a name nearest before it in the request (asked what the request "asks about
 # Oslo", or to "do for Oslo what was done for Lima", the model called other tools).
 UNTAKEN_STEP = "Call {tool} for {subject}, as for {like}."
+# A lookup that failed on a name the request gave, and a later one that returned a name: the
+# failed tool once more, for the found name ("the currency of the country whose capital is Cairo":
+# currency_of(Cairo) failed, country_of(Cairo) returned Egypt, the check answered "none").
+RETRY_STEP = "Call {tool} for {subject}."
 REPLAN_EXAMPLES = [
     (
         "Who directed the film Vertigo, and in which year was the film Alien released?",
@@ -316,4 +321,15 @@ def prompt_texts() -> list[str]:
     """Every text this module puts in front of the model (for the vocabulary check)."""
     examples = [text for request, steps in EXAMPLES for text in (request, *steps)]
     examples += [text for request, found, steps in REPLAN_EXAMPLES for text in (request, found, *steps)]
-    return [PLAN_SYSTEM, PLAN_CONTEXT, STEP, REPLAN_SYSTEM, REPLAN, UNTAKEN_STEP, ANSWER_SYSTEM, ANSWER, *examples]
+    return [
+        PLAN_SYSTEM,
+        PLAN_CONTEXT,
+        STEP,
+        REPLAN_SYSTEM,
+        REPLAN,
+        UNTAKEN_STEP,
+        RETRY_STEP,
+        ANSWER_SYSTEM,
+        ANSWER,
+        *examples,
+    ]

@@ -166,3 +166,20 @@ def test_untaken_steps_mirror_a_call_that_took_an_earlier_name() -> None:
     failed = [({"function": {"name": "get_population", "arguments": '{"city": "Oslo"}'}}, "error: KeyError")]
     assert planner.untaken_steps("How many live in Lyon and in Oslo?", failed, 6) == []  # Lyon is before
     assert planner.untaken_steps("How many live in Lyon and in Oslo?", [], 6) == []
+
+
+def test_a_failed_link_is_retried_with_the_name_a_later_lookup_returned() -> None:
+    """qwen2.5-coder-0.5b took "the currency of the country whose capital is Cairo" in the wrong
+    order: currency_of(Cairo) failed, country_of(Cairo) returned Egypt, and the check said "none".
+    The failed tool gets a step for the found name; not once it succeeded, and not for a name a
+    call already took."""
+    from pyshim.chain import retry_steps
+
+    failed = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
+    found = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
+    assert retry_steps([failed, found]) == ["Call currency_of for Egypt."]
+    assert retry_steps([found, failed]) == []  # nothing found after the failure
+    done = (_call("currency_of", '{"country": "Egypt"}'), "Egyptian pound")
+    assert retry_steps([failed, found, done]) == []  # the tool succeeded
+    echo = (_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
+    assert retry_steps([failed, echo]) == []  # an echo of its own argument is no new name
