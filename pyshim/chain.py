@@ -20,8 +20,12 @@ result value with no digit that is not an echo of its own call's arguments ("Tok
 open a sentence. A slot is narrowed only when it is a plain string (no enum, pattern or format of
 its own); a tool with no such slot is offered unchanged.
 
+The same reading of results serves plan mode once its steps ran out (``retry_steps``): a lookup
+that failed on the request's name, before one that returned a name, is the chain taken in the
+wrong order, and gets one more step with the found name.
+
 The invariant: this module only ever narrows a tool's schema, never widens it, and does no I/O
-(``agent_core`` asks it for the next turn's ``grammar_tools``).
+(``agent_core`` asks it for the next turn's ``grammar_tools`` and the check's missed steps).
 """
 
 from __future__ import annotations
