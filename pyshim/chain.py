@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .planner import NAME, RETRY_STEP, leaves
+from .planner import NAME, RETRY_STEP, argument_leaves, leaves
 
 __all__ = ["choices", "grammar_tools", "narrowed", "retry_steps"]
 
@@ -45,11 +45,7 @@ _LONGEST = 40  # longer result text is a sentence or a record, not a name to pas
 
 
 def _arguments(call: Mapping[str, Any]) -> list[str]:
-    try:
-        args = json.loads(call["function"]["arguments"] or "{}")
-    except (json.JSONDecodeError, TypeError, KeyError):
-        return []
-    return [str(v) for v in leaves(args)]
+    return [str(v) for v in argument_leaves(call)]
 
 
 def _names(output: str, own: Sequence[str]) -> list[str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "PLAN_TOKENS",
     "RETRY_STEP",
     "answer_messages",
+    "argument_leaves",
     "facts",
     "grounded",
     "leaves",
@@ -203,11 +204,7 @@ def untaken_steps(question: str, results: Sequence[Finding], limit: int) -> list
     check says nothing is left."""
     took: dict[str, str] = {}  # an argument, lowercased -> the tool that took it
     for call, _ in results:
-        try:
-            args = json.loads(call["function"]["arguments"] or "{}")
-        except (json.JSONDecodeError, TypeError):
-            continue
-        took.update({str(v).strip().lower(): call["function"]["name"] for v in leaves(args)})
+        took.update({str(v).strip().lower(): call["function"]["name"] for v in argument_leaves(call)})
     steps, like = [], None
     for name in dict.fromkeys(NAME.findall(question.strip())):
         if name.lower() in took:
@@ -290,6 +287,14 @@ def leaves(value: Any) -> list[Any]:
     if isinstance(value, list):
         return [leaf for v in value for leaf in leaves(v)]
     return [value]
+
+
+def argument_leaves(call: Mapping[str, Any]) -> list[Any]:
+    """The scalars of a call's arguments, in order (none when they are not JSON)."""
+    try:
+        return leaves(json.loads(call["function"]["arguments"] or "{}"))
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return []
 
 
 def _same(a: float, b: float) -> bool:
