@@ -78,7 +78,13 @@ class Agent:
     yet (so a task that needs one more still gets it) and naming only those the question
     gives a reason to call, the second time with tools off. The same goes for a turn that
     repeats the request or is empty. A call whose figures come from neither the request nor
-    a result is not run (the model is told why), and ``AgentResult.stopped`` is ``"answer"``
+    a result is not run (the model is told why); so is, for a request that no tool's name or
+    description shares a word with, a first call that takes nothing from it (the turn is then
+    asked again with tools off, and no plan is made). An answer that states a finding for a name
+    of the request whose lookups all failed, or leaves it out, has that sentence replaced by the
+    library's, and one that states nothing of a result no later call took (the end of a chain)
+    has it added (``{"type": "revised", "content", "replaced"}`` event: the streamed text is not
+    what is returned). ``AgentResult.stopped`` is ``"answer"``
     only for an answer (``AgentResult`` lists the other ends; ``failures``, every call that
     gave no result). A
     call written as the answer's text is run if it is new; one that repeats an answered call

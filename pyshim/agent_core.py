@@ -14,14 +14,15 @@ split between protocol and transport, for the same reason).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import chain, planner
-from .answers import calls_in_text, invented_numbers, verdict
+from .answers import Finding, calls_in_text, invented_numbers, numbers, unfounded, verdict, with_findings
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
-from .repeats import LOOK_UP, call_key, nudge_text, relevant_tools, runaway, told_text
+from .repeats import LOOK_UP, call_key, fed_back, nudge_text, relevant_tools, runaway, told_text
 from .shapes import AgentResult, Result, ToolFailure
 
 __all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec", "ToolFailure"]
@@ -39,6 +40,12 @@ MAX_NUDGES = 2
 MAX_STEP_TURNS = 3
 # The ends of a run whose content is the model's last text (an answer, or what stood in for one).
 _TEXT_ENDS = ("answer", "call_as_text", "no_answer", "unsupported")
+# Words with which a step speaks of what an earlier step found.
+_POINTS_BACK = re.compile(
+    r"\b(?:that|those|it|its|them|this|these|result|results|found|returned|previous|above|same)\b", re.IGNORECASE
+)
+# A step that asks for a chain of its own ("Square 2, then square that"): "then" past its start.
+_CHAINED = re.compile(r"\S.*\b(?:then|after that|afterwards)\b", re.IGNORECASE)
 NO_ANSWER = {"empty": "the last turn was empty", "echo": "the last turn repeated the request"}
 
 
@@ -101,6 +108,7 @@ class _Run:
     nudges: int = 0  # stuck turns asked for the answer so far
     offer: list[str] | None = None  # the tools the next turn is offered; None: all of them
     tools: list[str] = field(default_factory=list)  # every tool's name
+    schemas: list[dict[str, Any]] = field(default_factory=list)  # every tool's schema
     pending: list[dict[str, Any]] = field(default_factory=list)  # the calls of the last turn, to run
     invalid: dict[str, str] = field(default_factory=dict)  # call id -> why its arguments fail the schema
     question: str = ""  # the last user message the run began with
@@ -113,6 +121,7 @@ class _Run:
     step_turns: int = 0  # turns spent on the current step
     step_found: int = 0  # how many results there were when the current step began
     in_text: bool = False  # the current step's next turn has tools off
+    barred: set[str] = field(default_factory=set)  # tools out of the current step's grammar (its retry)
     replanned: bool = False  # the plan was checked against what was found
     plan_steps: list[str] = field(default_factory=list)  # the plan as the model wrote it
     notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
@@ -124,6 +133,9 @@ class _Run:
     told: bool = False  # the model was told, before its answer, which lookups failed
     looked_up: bool = False  # an answer from memory was sent back once for a lookup
     force_call: bool = False  # the next turn must call a tool (that lookup)
+    unasked: set[str] = field(default_factory=set)  # ids of calls the request gave no reason for, not run
+    answer: str | None = None  # the answer as returned, where it differs from the last turn's text
+    revised: list[str] = field(default_factory=list)  # the answer's sentences replaced (``unfounded``)
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
@@ -148,7 +160,7 @@ class _Run:
         self._open_step()
 
     def _open_step(self) -> None:
-        self.step_turns = 0
+        self.step_turns, self.barred = 0, set()
         self.step_found = len(self.results)
         if (step := self.steps[0]) is not None:
             self.messages.append(planner.step_message(step))
@@ -173,6 +185,12 @@ class _Run:
             if self.step_turns == 0 and self.steps[0] is not None:
                 self.in_text = True  # the step again, tools off
                 return "retry"
+            return "next"
+        if self.off_step(calls, fresh):
+            self.pending = []
+            return "retry"
+        if self.runs_on(fresh):
+            self.pending = []
             return "next"
         self.in_text = False
         self.pending = fresh
@@ -204,6 +222,39 @@ class _Run:
         if len(self.results) == self.step_found:  # a step done in text, with no tool: the answer needs it
             self.notes.append((self.steps[0], (result.get("content") or "").strip()))
         return "next"
+
+    def off_step(self, calls: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> bool:
+        """A planned step's first turn that does not serve the step, asked again once with its
+        tools out of the step's grammar (``barred``): it only repeats calls that ran, which take
+        nothing from the step while the step's words point to another tool ("If it is above 25
+        degrees, convert it" answered by the weather lookup again; a repeat that takes from the
+        step, "Compute 17 * 23" done by an earlier step, served it), or it takes neither a name
+        the step gives nor anything a result returned ("Check the temperature in Cairo" answered
+        by ``convert_units(25, ...)``, the 25 of the request's condition). A 0.5B model under a
+        required tool choice picks the next tool that fits once the wrong one is out of reach."""
+        step = self.steps[0]
+        if step is None or self.step_turns or self.barred or not calls:
+            return False
+        barred = {c["function"]["name"] for c in calls}
+        pointed = set(relevant_tools(step, self.schemas)) - barred
+        repeats = not fresh and bool(pointed) and not any(planner.grounded(c, step, words=True) for c in calls)
+        names = [n for n in planner.NAME.findall(step) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", self.question)]
+        found = "\n".join(out for _, out in self.results if not _failed(out))
+        missed = bool(names) and not any(_takes(c, names, found) for c in fresh)
+        if not (repeats or (fresh and missed)) or not set(self.tools) - barred:
+            return False
+        self.barred = barred
+        return True
+
+    def runs_on(self, fresh: list[dict[str, Any]]) -> bool:
+        """Does a planned step's later turn feed the step's own output back into its tool
+        ("5002000.0 / 2" after "10004000 / 2" returned 5002000.0, for "Then compute that number
+        divided by 2"), where the step asks for no chain of its own ("Square 2, then square
+        that")? A small model runs on so under a required tool choice: the step is done."""
+        step = self.steps[0]
+        if step is None or not self.step_turns or _CHAINED.search(step):
+            return False
+        return any(fed_back(c, self.results[self.step_found :]) for c in fresh)
 
     def known(self) -> str:
         """What the run knows, for telling a call's arguments from invented ones."""
@@ -242,6 +293,19 @@ class _Run:
             return schemas
         return [t for t in schemas if t["function"]["name"] in self.offer] or None
 
+    def step_tools(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        """The tools a planned step's first turn may call: those its words point to, where any
+        do ("Convert 50 lb to kg": ``convert_units``, not the calculator a 0.5B model picked), less
+        those ``off_step`` barred; every tool otherwise. The prompt still shows them all (the
+        narrowing is the grammar's, as in chain.py: a prompt that changes per step loses the
+        cached prefix and moves the model's choice)."""
+        step = self.steps[0] if self.phase == "act" and self.steps else None
+        if not tools or step is None or self.step_turns or self.in_text:
+            return tools
+        open_ = [t for t in tools if t["function"]["name"] not in self.barred] or tools
+        pointed = set(relevant_tools(step, open_))
+        return [t for t in open_ if t["function"]["name"] in pointed] or open_
+
     def chains(self) -> bool:
         """Are the next turn's name slots narrowed to the names found (chain.py)? On a planned
         step's first turn only, decided on the benchmark's development half: the turns after a
@@ -250,6 +314,14 @@ class _Run:
         it goes; in both it then wrote a new call with the found name in the wrong tool
         (country_of(city="Norway") after country_of(city="Bergen") returned Norway)."""
         return self.phase == "act" and bool(self.steps) and self.steps[0] is not None and self.step_turns == 0
+
+    def points_back(self) -> bool:
+        """Does the current step speak of what an earlier one found ("convert that many km", "if
+        it is above 25 degrees")? Its first call's number slots then take a figure a result
+        returned (chain.py): told "convert that many km to miles" after 19 * 21 returned 399.0,
+        a 0.5B model wrote 19."""
+        step = self.steps[0] if self.steps else None
+        return step is not None and bool(_POINTS_BACK.search(step))
 
     def acts_as_asked(self) -> bool:
         """Is the model acting on the question as asked (the plain loop, or a one-step plan)?"""
@@ -271,6 +343,8 @@ class _Run:
             # recover it): a new one is run as a call; a repeat is a stuck turn.
             calls, kind = written, "calls"
             message = {"role": "assistant", "content": None, "tool_calls": written}
+        if kind == "calls" and self.unprompted(calls):
+            return "again"
         self.pending = calls
         if kind == "calls" and all(runaway(c, self.results) for c in calls):
             kind = "runaway"  # the same tool fed its own output again and again: stuck
@@ -280,6 +354,23 @@ class _Run:
         if kind == "answer":
             return self._answered(result, message)
         return self._stuck(bool(result.get("tool_calls")))
+
+    def unprompted(self, calls: list[dict[str, Any]]) -> bool:
+        """A first turn's calls when the request gives no reason to call any tool (no tool's name
+        or description shares a word with it) and none takes a word or figure from it: not run
+        (listed as refused), and the turn is asked again with tools off, once. A 0.5B model
+        thanked for its help called ``calculator("2 + 3 * 4")``; a request in other words than the
+        tool's ("who won the cup", for ``search``) still runs its call."""
+        said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
+        known = "\n".join([self.system or "", *said, self.question])
+        if self.relevant or self.results or self.unasked or any(planner.grounded(c, known, words=True) for c in calls):
+            return False
+        why = "not run: the request gives no reason to call a tool, and the call takes nothing from it"
+        for c in calls:
+            self.unasked.add(c["id"])
+            self.failures.append(ToolFailure(c["id"], c["function"]["name"], c["function"]["arguments"], why, True))
+        self.offer = []
+        return True
 
     def _stuck(self, called: bool, again: bool = False) -> str:
         """A turn that is no step forward: it repeats calls that ran, writes a call as text that
@@ -310,7 +401,7 @@ class _Run:
         sent back once to look them up) or some lookups failed and the model was not yet told so
         plainly (one more turn, tools off, with the failures spelled out)."""
         self.messages.append(message)
-        if self.failures and not self.succeeded():
+        if self.needed_failures() and not self.succeeded():
             return "tools_failed"
         if not self.results and not self.looked_up and self.tools and self.from_memory(result.get("content")):
             self.look_up()
@@ -346,11 +437,15 @@ class _Run:
     def succeeded(self) -> bool:
         return bool(self.answered_tools())
 
+    def needed_failures(self) -> list[ToolFailure]:
+        """The failures of calls the request called for (not those it gave no reason for)."""
+        return [f for f in self.failures if f.id not in self.unasked]
+
     def failed_tools(self) -> list[ToolFailure]:
         """The failures of tools that never returned a result in this run (a tool that failed once
         and then answered a retry has its result)."""
         ok = self.answered_tools()
-        return [f for f in self.failures if f.name not in ok]
+        return [f for f in self.needed_failures() if f.name not in ok]
 
     def conclude(self, result: Result) -> AgentResult:
         """The run's result from its last turn, which was to be the answer."""
@@ -359,14 +454,61 @@ class _Run:
             return self.result("no_answer", NO_ANSWER[kind])
         if kind == "call_as_text":
             return self.result("call_as_text")
-        if self.failures and not self.succeeded():
+        if self.needed_failures() and not self.succeeded():
             return self.result("tools_failed")
-        if made_up := self.unsupported(result.get("content")):
+        content, self.revised = unfounded(result.get("content") or "", self.failed_subjects())
+        content = with_findings(content, self.findings())
+        if content != (result.get("content") or ""):
+            self.revise(result.get("content"), content)
+        if made_up := self.unsupported(content):
             figures = ", ".join(f"{n:g}" for n in made_up)
             return self.result(
                 "unsupported", f"the answer states figures no tool returned and the request does not hold: {figures}"
             )
         return self.result("answer")
+
+    def findings(self) -> list[Finding]:
+        """Each call that answered and whose result no later call took (the end of a chain: what
+        the request asked for; a link passed on need not be stated), with what it returned
+        beyond its own arguments."""
+        out = []
+        for i, (call, output) in enumerate(self.results):
+            later = [str(v).lower() for c, _ in self.results[i + 1 :] for v in planner.argument_leaves(c)]
+            if _failed(output) or any(_passes(output, arg) for arg in later):
+                continue
+            own = [str(v).strip() for v in planner.argument_leaves(call)]
+            try:
+                parsed = json.loads(output)
+            except json.JSONDecodeError:
+                parsed = output
+            values = tuple(v for v in planner.leaves(parsed) if str(v).strip() not in own and str(v).strip())
+            shown = output if not isinstance(parsed, dict) else ", ".join(f"{k} {v}" for k, v in parsed.items())
+            out.append(Finding(f"{call['function']['name']} for {', '.join(own)}", values, shown.strip()[:200]))
+        return out
+
+    def failed_subjects(self) -> dict[str, str]:
+        """The names the request gave that a call which ran failed on and no call answered, each
+        with the tool that failed on it (what the answer must not state a finding for)."""
+        answered = {str(v).lower() for c, out in self.results if not _failed(out) for v in planner.argument_leaves(c)}
+        out: dict[str, str] = {}
+        for call, output in self.results:
+            if not _failed(output) or call["id"] in self.refused:
+                continue  # a refused call's arguments were made up: not the request's subject
+            for v in planner.argument_leaves(call):
+                name = str(v).strip()
+                asked = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", self.question)
+                if isinstance(v, str) and name.lower() not in answered and _proper_name(name) and asked:
+                    out.setdefault(name, call["function"]["name"])
+        return out
+
+    def revise(self, said: str | None, content: str) -> None:
+        """Return ``content`` as the answer, in the transcript too, in place of what the model said."""
+        self.answer = content
+        for i in range(len(self.messages) - 1, -1, -1):
+            m = self.messages[i]
+            if m.get("role") == "assistant" and m.get("content") == said:
+                self.messages[i] = {**m, "content": content}
+                break
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
         self.done.add(call_key(call))
@@ -380,8 +522,10 @@ class _Run:
 
     def result(self, stopped: str, error: str | None = None) -> AgentResult:
         content = self.turns[-1].get("content") if stopped in _TEXT_ENDS and self.turns else None
+        if stopped in _TEXT_ENDS and self.answer is not None:
+            content = self.answer
         if stopped == "tools_failed":
-            content = failed_text(self.failures)
+            content = failed_text(self.needed_failures())
         return AgentResult(content, self.messages, self.turns, stopped, error, list(self.failures))
 
 
@@ -402,6 +546,34 @@ def failed_text(failures: Sequence[ToolFailure]) -> str:
     """A run's content when every call failed: what failed and why, in the library's words."""
     lines = [f"- {f.name}({f.arguments}): {f.error}" for f in failures]
     return "No answer: every tool call failed.\n" + "\n".join(lines)
+
+
+def _passes(output: str, argument: str) -> bool:
+    """Does a later call's argument hold this output (its figure, or its text)?"""
+    figures = numbers(output)
+    if figures and len(figures) == 1:
+        return any(abs(n - figures[0]) <= 1e-9 * max(1.0, abs(figures[0])) for n in numbers(argument))
+    text = output.strip().lower()
+    return bool(text) and (text == argument.strip() or (not figures and text in argument))
+
+
+def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
+    """Does the call take one of ``names``, or a value that a result returned?"""
+    asked, figures = {n.lower() for n in names}, numbers(found)
+    for v in planner.argument_leaves(call):
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)) and any(abs(v - f) <= 1e-9 * max(1.0, abs(f)) for f in figures):
+            return True
+        text = str(v).strip().lower()
+        if isinstance(v, str) and len(text) > 1 and (text in asked or text in found.lower()):
+            return True
+    return False
+
+
+def _proper_name(text: str) -> bool:
+    """A name as a request gives one ("Lima", "Buenos Aires"): capitalised, no digits, short."""
+    return 2 <= len(text) <= 40 and text[0].isupper() and not any(ch.isdigit() for ch in text)
 
 
 def _failed(output: str) -> bool:
@@ -457,6 +629,8 @@ class AgentCore:
         self._events.append({"type": "turn", "result": result})
         outcome = self._after_plan_turn(result) if self.state.phase != "loop" else self._after_loop_turn(result)
         if isinstance(outcome, AgentResult):
+            if self.state.answer is not None:  # the streamed text is not what is returned
+                self._events.append({"type": "revised", "content": outcome.content, "replaced": self.state.revised})
             self._final = outcome
         else:
             self._to_run = list(outcome)
@@ -516,8 +690,12 @@ class AgentCore:
                 return state.result("max_steps")
             state.tool_turns += 1
         tools, options = state.turn_tools(self.spec.schemas), state.options(self.spec.options)
-        if state.chains() and (narrow := chain.grammar_tools(tools, chain.choices(state.question, state.results))):
-            options["grammar_tools"] = narrow  # a name a lookup found, not one from nowhere (chain.py)
+        grammar = state.step_tools(tools)  # the tools a step's words point to, less those barred
+        if state.chains():  # a name a lookup found, not one from nowhere (chain.py)
+            figures = chain.figures(state.results) if state.points_back() else []
+            grammar = chain.narrowed(grammar, chain.choices(state.question, state.results), figures)
+        if grammar != tools:
+            options["grammar_tools"] = grammar
         return Generate(state.messages, tools, options)
 
     def _after_loop_turn(self, result: Result) -> AgentResult | list[dict[str, Any]]:
@@ -526,6 +704,8 @@ class AgentCore:
         if step == "nudge":
             if state.phase == "loop":
                 self._events.append({"type": "nudge", "content": state.messages[-1]["content"]})
+            return []
+        if step == "again":
             return []
         if step == "context_full":
             return state.result("context_full", "the context filled up during the model's turn")
@@ -564,6 +744,13 @@ class AgentCore:
         return state.pending
 
 
+def _no_tool_for(state: _Run) -> bool:
+    """A request no tool is for needs no plan (the plain loop's turn): no tool's name or
+    description shares a word with it, and it states no figure ("Compute 2 ** 10" shares no word
+    with "Evaluate an arithmetic expression" and needs the calculator)."""
+    return not state.relevant and not any(ch.isdigit() for ch in state.question)
+
+
 def _begin(spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:
     """The opening transcript: the system message (if any), then the prompt."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
@@ -577,13 +764,16 @@ def _begin(spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:
                 "pass only one of them"
             )
     asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)]
-    state = _Run(messages, question=messages[asked[-1]]["content"] if asked else "", tools=list(spec.tools))
-    state.relevant = relevant_tools(state.question, spec.schemas or [])
+    question = messages[asked[-1]]["content"] if asked else ""
+    state = _Run(messages, question=question, tools=list(spec.tools), schemas=list(spec.schemas or []))
     if asked:  # what the planning and answer turns see besides the question
         first = messages[0]
         lead = first.get("role") in ("system", "developer") and isinstance(first.get("content"), str)
         state.system = first["content"] if lead else None
         state.history = messages[1 if lead else 0 : asked[-1]]
-    if spec.plan and spec.schemas and state.question:
+    # The tools the request gives a reason to call; the caller's instructions count ("You watch
+    # the disks" and a request of "Go.").
+    state.relevant = relevant_tools(f"{state.system or ''}\n{state.question}", spec.schemas or [])
+    if spec.plan and spec.schemas and state.question and not _no_tool_for(state):
         state.phase = "plan"
     return state

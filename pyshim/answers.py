@@ -6,7 +6,9 @@ as ``name(arguments)``), the user's request repeated back, or nothing at all. An
 such a turn an answer hands its caller a non-answer as if it were one. The invariant this module
 keeps: ``verdict`` says ``"answer"`` only for text that is none of those, and it decides from the
 text and what the run knows alone, never from which task is being run (``pyshim.agent_core``
-acts on it; the doors do not, since there the caller's own loop decides).
+acts on it; the doors do not, since there the caller's own loop decides). ``unfounded`` keeps a
+second one: an answer the agent returns says nothing about a subject whose lookup failed but that
+it failed; ``with_findings`` a third: it states something of every lookup that answered.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["calls_in_text", "invented_numbers", "numbers", "verdict"]
+__all__ = ["Finding", "calls_in_text", "invented_numbers", "numbers", "unfounded", "verdict", "with_findings"]
 
 _FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*```", re.DOTALL)
 _TAG = re.compile(r"</?tool_call>")
@@ -187,3 +190,77 @@ def invented_numbers(content: str, known: Iterable[str]) -> list[float]:
         for value, places in _figures(content)
         if not (places == 0 and 0 <= value <= 10) and not any(_same(value, places, k) for k in found)
     ]
+
+
+_SENTENCE_END = re.compile(r"((?<=[.!?;])[ \t]+|\n+)")
+# Words with which a sentence says a lookup gave nothing ("could not find", "unknown", "failed").
+_NOTHING = re.compile(
+    r"\b(?:not|no|none|nothing|unknown|unable|cannot|can't|couldn't|n't|fail\w*|error|unavailable)\b", re.I
+)
+
+
+def _names(sentence: str, subjects: Iterable[str]) -> list[str]:
+    return [s for s in subjects if re.search(rf"(?<!\w){re.escape(s)}(?!\w)", sentence, re.IGNORECASE)]
+
+
+def _nothing_for(subject: str, tool: str) -> str:
+    return f"{tool} found nothing for {subject}, so I cannot say."
+
+
+def unfounded(content: str, failed: dict[str, str]) -> tuple[str, list[str]]:
+    """The text with each sentence (or line) that names a subject whose lookup failed and either
+    states a figure or does not say the lookup failed, replaced by one that says so, and that
+    sentence added for such a subject the text does not name; and the sentences replaced.
+    ``failed``: each such subject (a name the request gave that no lookup answered) and the tool
+    that failed on it.
+
+    A small model told plainly that a lookup failed still writes a figure for it, often one a
+    lookup returned for another subject ("Atlantis: 10004000" beside Lima's 10004000), which no
+    check of the figures alone can catch, or leaves the subject out; the reply about a failed
+    lookup is then the library's sentence, not the model's."""
+    parts = _SENTENCE_END.split(content)
+    replaced, named_at_all = [], set()
+    for i in range(0, len(parts), 2):
+        sentence = parts[i]
+        named = _names(sentence, failed)
+        named_at_all.update(named)
+        if not named or (not numbers(sentence) and _NOTHING.search(sentence)):
+            continue
+        replaced.append(sentence)
+        parts[i] = " ".join(_nothing_for(s, failed[s]) for s in named)
+    unnamed = [_nothing_for(s, tool) for s, tool in failed.items() if s not in named_at_all]
+    text = "".join(parts).rstrip()
+    return (" ".join([text, *unnamed]).strip() if unnamed else "".join(parts)), replaced
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A lookup that answered, as an answer must state it: ``label`` names it ("currency_of for
+    Egypt"), ``values`` are what it returned beyond its own arguments, ``shown`` its output."""
+
+    label: str
+    values: tuple[Any, ...]
+    shown: str
+
+
+def _states(content: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return any(_same(stated, places, float(value)) for stated, places in _figures(content))
+    text = str(value).strip()
+    if not text:
+        return False
+    if figures := numbers(text):  # "2.8 EUR", "87.8 fahrenheit": the figure is the finding
+        return any(_same(stated, places, figures[0]) for stated, places in _figures(content))
+    return re.search(rf"(?<!\w){re.escape(text)}(?:e?s)?(?!\w)", content, re.IGNORECASE) is not None  # "pounds"
+
+
+def with_findings(content: str, findings: Iterable[Finding]) -> str:
+    """The text, with a sentence for each finding it states nothing of ("Also found: currency_of
+    for Egypt: Egyptian pound."). A small model writing the answer from its findings drops one
+    (the last link of a chain, "Egypt" for the currency of Egypt) or states another in its place;
+    the lookup ran and answered, so the caller gets its result."""
+    missing = [f for f in findings if f.values and not any(_states(content, v) for v in f.values)]
+    lines = [f"Also found: {f.label}: {f.shown}." for f in missing]
+    return "\n".join([content.rstrip(), *lines]) if lines else content

@@ -20,6 +20,12 @@ result value with no digit that is not an echo of its own call's arguments ("Tok
 open a sentence. A slot is narrowed only when it is a plain string (no enum, pattern or format of
 its own); a tool with no such slot is offered unchanged.
 
+Figures follow the same rule where a step speaks of what an earlier one found ("convert that many
+km to miles", "if it is above 25 degrees"): its first call's free number slots are narrowed to the
+figures results returned (``figures``), so "that many" after 19 * 21 returned 399.0 is 399.0, not
+the 19 of the request a 0.5B model wrote. A step that does not point back keeps its numbers free
+(the figures of the step itself are what it works on).
+
 The same reading of results serves plan mode once its steps ran out (``retry_steps``): a lookup
 that failed on the request's name, before one that returned a name, is the chain taken in the
 wrong order, and gets one more step with the found name.
@@ -38,9 +44,10 @@ from typing import Any
 
 from .planner import NAME, RETRY_STEP, argument_leaves, leaves
 
-__all__ = ["choices", "grammar_tools", "narrowed", "retry_steps"]
+__all__ = ["choices", "figures", "grammar_tools", "narrowed", "retry_steps"]
 
 _DIGIT = re.compile(r"\d")
+_FIGURE = re.compile(r"-?\d+(?:\.\d+)?")
 _LONGEST = 40  # longer result text is a sentence or a record, not a name to pass on
 
 
@@ -87,20 +94,61 @@ def _free_string(prop: Any) -> bool:
     )
 
 
-def narrowed(schemas: list[dict[str, Any]] | None, names: Sequence[str]) -> list[dict[str, Any]] | None:
-    """The tools with each free string slot limited to ``names`` (unchanged when there are none)."""
-    if not schemas or not names:
+def _free_number(prop: Any) -> bool:
+    return (
+        isinstance(prop, dict)
+        and prop.get("type") in ("number", "integer")
+        and not ({"enum", "const", "anyOf", "oneOf"} & prop.keys())
+    )
+
+
+def figures(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[float]:
+    """The numbers successful results returned, that are not echoes of their own call's arguments
+    ("399.0" from ``calculator("19 * 21")``, 31 from ``{"city": "Cairo", "temperature_c": 31}``)."""
+    out: list[float] = []
+    for call, output in results:
+        if output.startswith("error:"):
+            continue
+        own = {str(a).strip() for a in _arguments(call)}
+        try:
+            parsed = json.loads(output)
+        except json.JSONDecodeError:
+            parsed = _FIGURE.findall(output)
+        for leaf in leaves(parsed):
+            if isinstance(leaf, bool) or str(leaf).strip() in own:
+                continue
+            try:
+                value = float(leaf)
+            except (TypeError, ValueError):
+                continue
+            if value not in out:
+                out.append(value)
+    return out
+
+
+def narrowed(
+    schemas: list[dict[str, Any]] | None, names: Sequence[str], numbers: Sequence[float] = ()
+) -> list[dict[str, Any]] | None:
+    """The tools with each free string slot limited to ``names`` and each free number slot to
+    ``numbers`` (an integer slot to the whole ones), where there are any; unchanged otherwise."""
+    if not schemas or not (names or numbers):
         return schemas
     out = []
     for schema in schemas:
         props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
-        slots = [k for k, p in props.items() if _free_string(p)]
-        if not slots:
+        choices: dict[str, list[Any]] = {k: list(names) for k, p in props.items() if names and _free_string(p)}
+        for k, p in props.items():
+            if not _free_number(p):
+                continue
+            whole = p["type"] == "integer"
+            if fit := [int(n) if whole else n for n in numbers if not whole or n == int(n)]:
+                choices[k] = fit
+        if not choices:
             out.append(schema)
             continue
         schema = copy.deepcopy(schema)
-        for k in slots:
-            schema["function"]["parameters"]["properties"][k]["enum"] = list(names)
+        for k, values in choices.items():
+            schema["function"]["parameters"]["properties"][k]["enum"] = values
         out.append(schema)
     return out
 

@@ -301,12 +301,13 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-def grounded(call: dict[str, Any], known: str) -> bool:
+def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
     """Does the call take at least one of its arguments from what the run knows (the request,
     the plan, what was found)? A small model made to act on a step no tool fits calls some
     tool with values from nowhere ("Name a fruit" became ``currency_of(country="Japan")``):
     such a call is not run. A number counts as known when the text holds it; a string with
-    digits (an expression) when every number in it is known; other text when the text holds it."""
+    digits (an expression) when every number in it is known; other text when the text holds it,
+    or, with ``words``, a word of it (three letters or more: a query in the model's words)."""
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
     except (json.JSONDecodeError, TypeError):
@@ -315,9 +316,10 @@ def grounded(call: dict[str, Any], known: str) -> bool:
     if not values:
         return True  # nothing it could have made up
     numbers, text = _numbers(known), known.lower()
+    vocabulary = set(re.findall(r"\w{3,}", text)) if words else set()
     for v in values:
         if isinstance(v, str) and not _NUMBER.search(v):
-            if v.strip() and v.strip().lower() in text:
+            if (v.strip() and v.strip().lower() in text) or vocabulary & set(re.findall(r"\w{3,}", v.lower())):
                 return True
         elif (found := _numbers(str(v))) and all(any(_same(n, k) for k in numbers) for n in found):
             return True

@@ -22,6 +22,7 @@ __all__ = [
     "NUDGE",
     "answered",
     "call_key",
+    "fed_back",
     "nudge",
     "nudge_text",
     "relevant_tools",
@@ -196,15 +197,27 @@ def _stems(text: str) -> set[str]:
     return {w[:5] for w in words if len(w) >= 4 and w not in _STOP}
 
 
+# Arithmetic asked for in words or symbols, and a tool that does arithmetic: "compute that number
+# divided by 2" shares no word with "Evaluate an arithmetic expression".
+_ARITHMETIC_ASKED = re.compile(
+    r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
+    r"|product|half|double|twice|percent\w*)\b|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
+    re.IGNORECASE,
+)
+_ARITHMETIC_TOOL = re.compile(r"\b(?:calculat\w*|arithmetic\w*|math\w*|expression\w*)\b", re.IGNORECASE)
+
+
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """The tools the question gives a reason to call: a word of the tool's name or description
-    shares its stem with a word of the question (first five letters; "divided" and "divide").
-    A nudge names and offers only these, never a tool the run has no use for."""
-    asked = _stems(question)
+    shares its stem with a word of the question (first five letters; "divided" and "divide"),
+    or the question asks for arithmetic and the tool does arithmetic. A nudge names and offers
+    only these, never a tool the run has no use for."""
+    asked, arithmetic = _stems(question), bool(_ARITHMETIC_ASKED.search(question))
     out = []
     for schema in schemas:
         fn = schema.get("function") or {}
-        if _stems(f"{fn.get('name', '')} {fn.get('description', '')}") & asked:
+        text = f"{fn.get('name', '')} {fn.get('description', '')}"
+        if _stems(text) & asked or (arithmetic and _ARITHMETIC_TOOL.search(text.replace("_", " "))):
             out.append(str(fn.get("name")))
     return out
 
@@ -228,15 +241,34 @@ def _fed(call: Mapping[str, Any], before: Mapping[str, Any], output: str) -> boo
     ):
         return False
     changed = [k for k in now if now[k] != then[k]]
-    try:
-        value = float(output)
-    except ValueError:
+    lead = _LEADING_FIGURE.match(output)  # "87.8 fahrenheit": the figure it starts with
+    if lead is None:
         return len(changed) == 1 and str(now[changed[0]]).strip() == output.strip()
-    return (
-        len(changed) == 1
-        and isinstance(now[changed[0]], (int, float))
-        and abs(now[changed[0]] - value) < 1e-9 * max(1.0, abs(value))
-    )
+    value = float(lead.group(1))
+    if len(changed) != 1:
+        return False
+    new, old = now[changed[0]], then[changed[0]]
+    if isinstance(new, str) and isinstance(old, str):  # an expression that now holds the output
+        return _holds(new, value) and not _holds(old, value)
+    return isinstance(new, (int, float)) and _close(new, value)
+
+
+_LEADING_FIGURE = re.compile(r"\s*(-?\d+(?:\.\d+)?)(?:\s+[A-Za-z]+)?\s*$")
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) < 1e-9 * max(1.0, abs(b))
+
+
+def _holds(text: str, value: float) -> bool:
+    return any(_close(float(n), value) for n in re.findall(r"\d+(?:\.\d+)?", text))
+
+
+def fed_back(call: Mapping[str, Any], results: Sequence[tuple[Mapping[str, Any], str]]) -> bool:
+    """Does the call feed the output of the last call of its tool back into it (``calculator("5002000.0
+    / 2")`` after ``calculator("10004000 / 2")`` returned 5002000.0)?"""
+    same = [(c, out) for c, out in results if c["function"]["name"] == call["function"]["name"]]
+    return bool(same) and _fed(call, *same[-1])
 
 
 def runaway(call: Mapping[str, Any], results: Sequence[tuple[Mapping[str, Any], str]]) -> bool:

@@ -120,7 +120,7 @@ def boom(x: int) -> int:
 )
 def test_tool_failures_are_fed_back_and_the_loop_goes_on(name: str, arguments: str, expected: str) -> None:
     model = _Scripted([{"calls": [(name, arguments)]}, {"content": "done"}])
-    result = Agent(model, [boom], plan=False).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [boom], plan=False).run("Try boom.")  # type: ignore[arg-type]
     tool_msg = next(m for m in result.messages if m["role"] == "tool")
     assert tool_msg["content"].startswith(expected)
     assert model.seen[1][-1] == tool_msg  # the error reached the model
@@ -134,7 +134,7 @@ def test_tool_failures_are_fed_back_and_the_loop_goes_on(name: str, arguments: s
 
 def test_max_steps_stops_the_loop() -> None:
     model = _Scripted([{"calls": [("boom", '{"x": 1}')]}] * 3)
-    result = Agent(model, [boom], plan=False, max_steps=3).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [boom], plan=False, max_steps=3).run("Try boom.")  # type: ignore[arg-type]
     assert result.stopped == "max_steps" and result.content is None
     assert len(result.turns) == 3
 
@@ -150,7 +150,7 @@ async def slow_square(x: int) -> int:
 
 def test_async_tools_run_in_the_sync_loop() -> None:
     model = _Scripted([{"calls": [("slow_square", '{"x": 7}')]}, {"content": "49"}])
-    result = Agent(model, [slow_square], plan=False).run("go")  # type: ignore[arg-type]
+    result = Agent(model, [slow_square], plan=False).run("Square 7.")  # type: ignore[arg-type]
     assert result.tools_ran[0]["content"] == "49"
 
 
@@ -158,7 +158,7 @@ def test_async_tools_run_when_called_from_async_code() -> None:
     model = _Scripted([{"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}])
 
     async def main() -> AgentResult:
-        return Agent(model, [slow_square], plan=False).run("go")  # type: ignore[arg-type]
+        return Agent(model, [slow_square], plan=False).run("Square 3.")  # type: ignore[arg-type]
 
     assert asyncio.run(main()).tools_ran[0]["content"] == "9"
 
@@ -213,7 +213,7 @@ def test_other_errors_raise_agent_error_carrying_the_transcript() -> None:
 
     model = Failing([{"calls": [("boom", '{"x": 1}')]}])
     with pytest.raises(AgentError) as info:
-        Agent(model, [boom], plan=False).run("go")  # type: ignore[arg-type]
+        Agent(model, [boom], plan=False).run("Try boom.")  # type: ignore[arg-type]
     assert info.value.result.stopped == "error"
     assert info.value.result.tools_ran[0]["content"] == "error: RuntimeError: boom 1"
     assert isinstance(info.value.__cause__, InvalidRequest)
@@ -337,7 +337,7 @@ def test_plan_mode_honours_the_system_message_and_the_conversation_in_every_turn
     model = _Recording([{"content": "Square 2.\nSquare 3."}])
     model.replies += [{"calls": [("slow_square", '{"x": 2}')]}, {"content": "4"}]
     model.replies += [{"calls": [("slow_square", '{"x": 3}')]}, {"content": "9"}, {"content": "none"}]
-    model.replies += [{"content": "Quatre et neuf."}]
+    model.replies += [{"content": "4 et 9."}]
     history = [{"role": "user", "content": "Salut"}, {"role": "assistant", "content": "Bonjour !"}]
     agent = Agent(model, [slow_square], plan=True, system="Always answer in French.")  # type: ignore[arg-type]
     result = agent.run([*history, {"role": "user", "content": "Square 2 and 3."}])
@@ -346,15 +346,16 @@ def test_plan_mode_honours_the_system_message_and_the_conversation_in_every_turn
     assert "Bonjour !" in plan[-1]["content"] and plan[-1]["content"].endswith("Square 2 and 3.")
     assert all(turn[0] == {"role": "system", "content": "Always answer in French."} for turn in model.seen[1:-2])
     assert answer[0]["content"].startswith("Always answer in French.") and answer[1:3] == history
-    assert result.content == "Quatre et neuf."
+    assert result.content == "4 et 9."
 
 
 def test_plan_mode_with_one_step_asks_the_question_as_is_and_text_is_the_answer() -> None:
     model = _Recording([{"content": "Say hello."}, {"content": "Bonjour"}])
-    result = Agent(model, [slow_square], plan=True).run("Say hello in French.")  # type: ignore[arg-type]
+    ask = "Say hello in French, and square nothing."
+    result = Agent(model, [slow_square], plan=True).run(ask)  # type: ignore[arg-type]
     assert result.content == "Bonjour" and result.stopped == "answer"
     assert "tool_choice" not in model.calls[1]["options"]  # tools stay optional on the unsplit question
-    assert model.seen[1][-1] == {"role": "user", "content": "Say hello in French."}
+    assert model.seen[1][-1] == {"role": "user", "content": ask}
 
 
 def test_plan_mode_respects_max_steps_and_still_answers() -> None:

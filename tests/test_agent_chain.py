@@ -183,3 +183,66 @@ def test_a_failed_link_is_retried_with_the_name_a_later_lookup_returned() -> Non
     assert retry_steps([failed, found, done]) == []  # the tool succeeded
     echo = (_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
     assert retry_steps([failed, echo]) == []  # an echo of its own argument is no new name
+
+
+def test_a_step_that_points_back_takes_a_figure_a_result_returned() -> None:
+    """ "Compute 19 * 21, then convert that many km to miles": told "Convert that many km to
+    miles.", the model wrote 19 (from the request); the number slot of a step that speaks of what
+    was found is narrowed to the figures results returned (not an echo of a call's own argument)."""
+    from pyshim.chain import figures
+
+    product = (_call("calculator", '{"expression": "19 * 21"}'), "399.0")
+    weather = (_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
+    converted = (_call("convert_units", '{"value": 31}'), "87.8 fahrenheit")
+    echo = (_call("convert_units", '{"value": 5}'), "5")
+    assert figures([product, weather, converted, echo]) == [399.0, 31.0, 87.8]
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "convert_units",
+            "parameters": {
+                "type": "object",
+                "properties": {"value": {"type": "number"}, "count": {"type": "integer"}, "unit": {"type": "string"}},
+            },
+        },
+    }
+    (out,) = narrowed([tool], [], [399.0, 87.8])  # type: ignore[misc]
+    props = out["function"]["parameters"]["properties"]
+    assert props["value"]["enum"] == [399.0, 87.8] and props["count"]["enum"] == [399]
+    assert "enum" not in props["unit"] and "enum" not in tool["function"]["parameters"]["properties"]["value"]
+
+
+def test_only_a_step_that_points_back_has_its_number_slots_narrowed() -> None:
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: the expression.
+        """
+        return "399.0"
+
+    def convert_units(value: float, unit: str) -> str:
+        """Convert a quantity between units of length.
+
+        Args:
+            value: the quantity.
+            unit: the unit wanted.
+        """
+        return "247.927"
+
+    model = Scripted(
+        [
+            {"content": "Compute 19 * 21.\nConvert that many km to miles."},
+            {"calls": [("calculator", '{"expression": "19 * 21"}')]},
+            {"calls": [("calculator", '{"expression": "19 * 21"}')]},
+            {"calls": [("convert_units", '{"value": 399.0, "unit": "miles"}')]},
+            {"calls": [("convert_units", '{"value": 399.0, "unit": "miles"}')]},
+            {"content": "none"},
+            {"content": "399, or 247.927 miles."},
+        ]
+    )
+    ask = "Compute 19 * 21, then convert that many km to miles."
+    Agent(model, [calculator, convert_units]).run(ask)  # type: ignore[arg-type]
+    (tool,) = model.schemas[3]
+    assert tool["function"]["parameters"]["properties"]["value"]["enum"] == [399.0]
+    assert "enum" not in str(model.schemas[1]) and "enum" not in str(model.schemas[2])  # before a result; a later turn

@@ -258,12 +258,98 @@ def test_a_tool_fed_its_own_output_twice_running_is_a_stuck_turn() -> None:
     assert result.stopped == "answer"
 
 
-def test_a_one_step_plan_that_echoes_the_greeting_is_asked_once_more_in_text() -> None:
+def test_a_greeting_that_is_echoed_is_asked_once_more_in_text() -> None:
+    """A greeting gives no tool a reason (no plan is made for it, even with ``plan=True``); a reply
+    that echoes it is asked again, tools off, and reported as no answer if it stays."""
     greeting = "Good morning! How are you today?"
-    model = _Scripted([{"content": greeting}, {"content": greeting}, {"content": "Very well, thank you!"}])
+    model = _Scripted([{"content": greeting}, {"content": "Very well, thank you!"}])
     result = _agent(model, plan=True).run(greeting)
-    assert model.seen[2][-1]["content"].startswith(f"My question was: {greeting}")
-    assert model.options[2]["tool_choice"] == "none"
+    assert model.seen[1][-1]["content"].startswith(f"My question was: {greeting}")
+    assert model.options[1]["tool_choice"] == "none"
     assert result.stopped == "answer" and result.content == "Very well, thank you!"
-    model = _Scripted([{"content": greeting}] * 3)
+    model = _Scripted([{"content": greeting}] * 4)
     assert _agent(model, plan=True).run(greeting).stopped == "no_answer"  # before: "answer", the greeting back
+
+
+@pytest.mark.parametrize("plan", [False, True], ids=["loop", "plan"])
+def test_a_call_the_request_gives_no_reason_for_is_not_run(plan: bool) -> None:
+    """qwen2.5-coder-0.5b, thanked, called ``calculator("2 + 3 * 4")``, then answered "14.0": a call
+    no tool's words and nothing of the request's called for is not run, and the turn is asked again
+    with tools off; a call that takes a word of the request still runs."""
+    thanks = "Thank you, that is all for today."
+    model = _Scripted([{"calls": [("divide", '{"a": 6, "b": 3}')]}, {"content": "You are welcome. Goodbye!"}])
+    result = _agent(model, plan=plan).run(thanks)
+    assert result.stopped == "answer" and result.content == "You are welcome. Goodbye!"
+    assert model.offered[1] == [] and model.options[1]["tool_choice"] == "none"
+    assert result.tools_ran == [] and [(f.name, f.refused) for f in result.failures] == [("divide", True)]
+    assert "no reason" in result.failures[0].error
+    model = _Scripted([{"calls": [("get_mayor", '{"city": "Paris"}')]}, {"content": "Paris."}])
+    result = _agent(model, plan=plan).run("Who runs things in Paris these days?")
+    assert [m["name"] for m in result.tools_ran] == ["get_mayor"]  # "Paris" is the request's
+
+
+def test_an_answer_never_states_a_finding_for_a_lookup_that_failed() -> None:
+    """qwen2.5-coder-0.5b, told plainly that Atlantis's lookup failed, wrote "Atlantis: 10004000"
+    (Lima's figure): a sentence naming a subject whose lookup failed says it failed, in the
+    library's words, in the result and the transcript, and a ``revised`` event says so."""
+    ask = "What is the population of Atlantis and of Paris?"
+    wrong = "Atlantis: 2102650\nParis: 2102650"
+    model = _Scripted(
+        [
+            {"calls": [("get_population", '{"city": "Atlantis"}'), ("get_population", '{"city": "Paris"}')]},
+            {"content": wrong},
+            {"content": wrong},  # told that Atlantis failed, the same again
+        ]
+    )
+    events: list[dict[str, Any]] = []
+    result = _agent(model, on_event=events.append).run(ask)
+    content = "get_population found nothing for Atlantis, so I cannot say.\nParis: 2102650"
+    assert result.stopped == "answer" and result.content == content
+    assert result.messages[-1] == {"role": "assistant", "content": content}
+    assert [e for e in events if e["type"] == "revised"] == [
+        {"type": "revised", "content": content, "replaced": ["Atlantis: 2102650"]}
+    ]
+    model = _Scripted([{"calls": [("get_population", '{"city": "Atlantis"}')]}])
+    model.replies += [{"calls": [("get_population", '{"city": "Paris"}')]}, {"content": "Paris has 2102650 people."}]
+    model.replies += [{"content": "Paris has 2102650 people."}]  # Atlantis left out
+    result = _agent(model).run(ask)
+    assert result.content == "Paris has 2102650 people. get_population found nothing for Atlantis, so I cannot say."
+
+
+def test_an_answer_states_what_the_last_link_of_each_chain_found() -> None:
+    """qwen2.5-coder-0.5b answered "Egypt" for the currency of the country whose capital is Cairo,
+    after currency_of(Egypt) returned the Egyptian pound: a result no later call took is added to an
+    answer that states nothing of it; one a later call took (Egypt) need not be."""
+
+    def country_of(city: str) -> str:
+        """Get the country a city is in.
+
+        Args:
+            city: the city name.
+        """
+        return "Egypt"
+
+    def currency_of(country: str) -> str:
+        """Get the currency used in a country.
+
+        Args:
+            country: the country name.
+        """
+        return "Egyptian pound"
+
+    model = _Scripted(
+        [
+            {"calls": [("country_of", '{"city": "Cairo"}')]},
+            {"calls": [("currency_of", '{"country": "Egypt"}')]},
+            {"content": "Egypt"},
+        ]
+    )
+    ask = "What currency is used in the country whose capital is Cairo?"
+    result = Agent(model, [country_of, currency_of], plan=False).run(ask)  # type: ignore[arg-type]
+    assert result.stopped == "answer"
+    assert result.content == "Egypt\nAlso found: currency_of for Egypt: Egyptian pound."
+    model = _Scripted(
+        [{"calls": [("country_of", '{"city": "Cairo"}')]}, {"calls": [("currency_of", '{"country": "Egypt"}')]}]
+    )
+    model.replies += [{"content": "They pay in Egyptian pounds."}]  # stated: nothing added
+    assert Agent(model, [country_of, currency_of], plan=False).run(ask).content == "They pay in Egyptian pounds."  # type: ignore[arg-type]

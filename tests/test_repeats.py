@@ -68,3 +68,15 @@ def test_the_door_answers_instead_of_repeating_a_call(qwen_url: str) -> None:
     assert "x-pyshim-repeat-nudges" not in forced.headers
     repeated = forced.json()["choices"][0]["message"]["tool_calls"]
     assert json.loads(repeated[0]["function"]["arguments"]) == {"city": "Paris"}  # what the guard catches
+
+
+def test_an_expression_that_holds_the_last_output_is_fed_back() -> None:
+    from pyshim.repeats import fed_back
+
+    def call(expression: str) -> dict[str, Any]:
+        return {"function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+
+    done = [(call("10004000 / 2"), "5002000.0")]
+    assert fed_back(call("5002000.0 / 2"), done) and fed_back(call("5002000 / 2"), done)
+    assert not fed_back(call("10004000 / 4"), done)  # another call, not the output
+    assert not fed_back(call("5002000.0 / 2"), [(call("5002000 / 2"), "2501000.0")])  # it was there before
