@@ -192,6 +192,9 @@ class _Run:
         if self.runs_on(fresh):
             self.pending = []
             return "next"
+        if not calls and not self.in_text and self.bar(_written_tools(result, self.tools)):
+            self.pending = []  # a call written out to the token limit ("2.8 * 1000000..."): another tool
+            return "retry"
         self.in_text = False
         self.pending = fresh
         self.step_turns += 1
@@ -233,7 +236,7 @@ class _Run:
         by ``convert_units(25, ...)``, the 25 of the request's condition). A 0.5B model under a
         required tool choice picks the next tool that fits once the wrong one is out of reach."""
         step = self.steps[0]
-        if step is None or self.step_turns or self.barred or not calls:
+        if step is None or not calls:
             return False
         barred = {c["function"]["name"] for c in calls}
         pointed = set(relevant_tools(step, self.schemas)) - barred
@@ -241,9 +244,14 @@ class _Run:
         names = [n for n in planner.NAME.findall(step) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", self.question)]
         found = "\n".join(out for _, out in self.results if not _failed(out))
         missed = bool(names) and not any(_takes(c, names, found) for c in fresh)
-        if not (repeats or (fresh and missed)) or not set(self.tools) - barred:
+        return (repeats or (bool(fresh) and missed)) and self.bar(barred)
+
+    def bar(self, tools: set[str]) -> bool:
+        """Bar ``tools`` from the current planned step's first turn, taken once more; False where
+        that cannot be (not a planned step's first turn, barred once already, no tool left)."""
+        if not tools or self.steps[0] is None or self.step_turns or self.barred or not set(self.tools) - tools:
             return False
-        self.barred = barred
+        self.barred = tools
         return True
 
     def runs_on(self, fresh: list[dict[str, Any]]) -> bool:
@@ -546,6 +554,16 @@ def failed_text(failures: Sequence[ToolFailure]) -> str:
     """A run's content when every call failed: what failed and why, in the library's words."""
     lines = [f"- {f.name}({f.arguments}): {f.error}" for f in failures]
     return "No answer: every tool call failed.\n" + "\n".join(lines)
+
+
+_WRITTEN_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
+
+
+def _written_tools(result: Result, tools: Sequence[str]) -> set[str]:
+    """The tools a turn's text names in calls it wrote out, runnable or cut at the token limit."""
+    if _kind(result, "", tools) != "call_as_text":
+        return set()
+    return {n for n in _WRITTEN_NAME.findall(result.get("content") or "") if n in tools}
 
 
 def _passes(output: str, argument: str) -> bool:

@@ -141,6 +141,8 @@ def verdict(content: str | None, request: str, tools: Collection[str]) -> str:
         return "empty"
     if _call_items(content) is not None or _python_call(content, tools) is not None:
         return "call_as_text"
+    if _MALFORMED_CALL.search(content):  # a call's shape inside text ("Name a fruit. -> {"name": ...}")
+        return "call_as_text"
     if echoes(content, request):
         return "echo"
     return "answer"

@@ -172,3 +172,43 @@ def test_a_step_that_feeds_its_own_output_back_ends_unless_it_asks_for_a_chain()
     )
     result = Agent(model, TOOLS, plan=True).run("Divide 40 by 2, then divide that by 2.")  # type: ignore[arg-type]
     assert [m["content"] for m in result.tools_ran] == ["20.0", "10.0"]
+
+
+def test_a_call_written_out_to_the_token_limit_is_taken_again_with_another_tool() -> None:
+    """ "Use the calculator to multiply it by the number of melons in stock.": the model wrote
+    '{"name": "calculator", "arguments": {"expression": "2.8 * 1000000...' to its token limit
+    before it knew the stock; the step is asked once more with the calculator out of reach."""
+
+    def get_price(item: str) -> str:
+        """Get the unit price of a shop item in euros.
+
+        Args:
+            item: the item.
+        """
+        return "2.8 EUR"
+
+    def get_stock(item: str) -> str:
+        """Get how many units of a shop item are in stock.
+
+        Args:
+            item: the item.
+        """
+        return "18"
+
+    model = Scripted(
+        [
+            {"content": "Look up the price of a melon.\nUse the calculator to multiply it by the melons in stock."},
+            {"calls": [("get_price", '{"item": "melon"}')]},
+            {"calls": [("get_price", '{"item": "melon"}')]},
+            {"content": '{"name": "calculator", "arguments": {"expression": "2.8 * 1000000000000'},  # cut
+            {"calls": [("get_stock", '{"item": "melon"}')]},
+            {"calls": [("calculator", '{"expression": "2.8 * 18"}')]},
+            {"calls": [("calculator", '{"expression": "2.8 * 18"}')]},
+            {"content": "none"},
+            {"content": "18 melons at 2.8 EUR: 50.4 EUR."},
+        ]
+    )
+    ask = "Look up the price of a melon, then use the calculator to multiply it by the number of melons in stock."
+    result = Agent(model, [calculator, get_price, get_stock], plan=True).run(ask)  # type: ignore[arg-type]
+    assert [m["content"] for m in result.tools_ran] == ["2.8 EUR", "18", "50.4"]
+    assert "calculator" in _names(model.schemas[3]) and "calculator" not in _names(model.schemas[4])

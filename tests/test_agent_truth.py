@@ -68,6 +68,8 @@ CALL = '{"name": "get_population", "arguments": {"city": "Paris"}}'
         'get_mayor("Lyon")',
         # not JSON (the quotes inside the name are not escaped), still a call's shape: seen on qwen2.5
         '{"name": "capital_of(city="Lyon")", "arguments": {"city": "Lyon"}}\n{"name": "currency_of(city="Lyon")"}',
+        # a call's shape inside text, as a planned step's note came back in the answer
+        'Name a fruit. -> {"name": "apple", "arguments": {"city": "Tokyo"}} Tokyo: 16',
     ],
 )
 def test_a_call_written_as_text_in_any_shape_is_not_an_answer(text: str) -> None:
