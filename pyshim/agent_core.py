@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import chain, planner
-from .answers import Finding, calls_in_text, invented_numbers, numbers, unfounded, verdict, with_findings
+from .answers import (
+    calls_in_text,
+    failed_subjects,
+    findings,
+    invented_numbers,
+    numbers,
+    unfounded,
+    verdict,
+    with_findings,
+)
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
 from .repeats import LOOK_UP, call_key, fed_back, nudge_text, relevant_tools, runaway, told_text
 from .shapes import AgentResult, Result, ToolFailure
@@ -464,8 +473,10 @@ class _Run:
             return self.result("call_as_text")
         if self.needed_failures() and not self.succeeded():
             return self.result("tools_failed")
-        content, self.revised = unfounded(result.get("content") or "", self.failed_subjects())
-        content = with_findings(content, self.findings())
+        content, self.revised = unfounded(
+            result.get("content") or "", failed_subjects(self.question, self.results, self.refused)
+        )
+        content = with_findings(content, findings(self.results))
         if content != (result.get("content") or ""):
             self.revise(result.get("content"), content)
         if made_up := self.unsupported(content):
@@ -474,40 +485,6 @@ class _Run:
                 "unsupported", f"the answer states figures no tool returned and the request does not hold: {figures}"
             )
         return self.result("answer")
-
-    def findings(self) -> list[Finding]:
-        """Each call that answered and whose result no later call took (the end of a chain: what
-        the request asked for; a link passed on need not be stated), with what it returned
-        beyond its own arguments."""
-        out = []
-        for i, (call, output) in enumerate(self.results):
-            later = [str(v).lower() for c, _ in self.results[i + 1 :] for v in planner.argument_leaves(c)]
-            if _failed(output) or any(_passes(output, arg) for arg in later):
-                continue
-            own = [str(v).strip() for v in planner.argument_leaves(call)]
-            try:
-                parsed = json.loads(output)
-            except json.JSONDecodeError:
-                parsed = output
-            values = tuple(v for v in planner.leaves(parsed) if str(v).strip() not in own and str(v).strip())
-            shown = output if not isinstance(parsed, dict) else ", ".join(f"{k} {v}" for k, v in parsed.items())
-            out.append(Finding(f"{call['function']['name']} for {', '.join(own)}", values, shown.strip()[:200]))
-        return out
-
-    def failed_subjects(self) -> dict[str, str]:
-        """The names the request gave that a call which ran failed on and no call answered, each
-        with the tool that failed on it (what the answer must not state a finding for)."""
-        answered = {str(v).lower() for c, out in self.results if not _failed(out) for v in planner.argument_leaves(c)}
-        out: dict[str, str] = {}
-        for call, output in self.results:
-            if not _failed(output) or call["id"] in self.refused:
-                continue  # a refused call's arguments were made up: not the request's subject
-            for v in planner.argument_leaves(call):
-                name = str(v).strip()
-                asked = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", self.question)
-                if isinstance(v, str) and name.lower() not in answered and _proper_name(name) and asked:
-                    out.setdefault(name, call["function"]["name"])
-        return out
 
     def revise(self, said: str | None, content: str) -> None:
         """Return ``content`` as the answer, in the transcript too, in place of what the model said."""
@@ -566,15 +543,6 @@ def _written_tools(result: Result, tools: Sequence[str]) -> set[str]:
     return {n for n in _WRITTEN_NAME.findall(result.get("content") or "") if n in tools}
 
 
-def _passes(output: str, argument: str) -> bool:
-    """Does a later call's argument hold this output (its figure, or its text)?"""
-    figures = numbers(output)
-    if figures and len(figures) == 1:
-        return any(abs(n - figures[0]) <= 1e-9 * max(1.0, abs(figures[0])) for n in numbers(argument))
-    text = output.strip().lower()
-    return bool(text) and (text == argument.strip() or (not figures and text in argument))
-
-
 def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
     """Does the call take one of ``names``, or a value that a result returned?"""
     asked, figures = {n.lower() for n in names}, numbers(found)
@@ -587,11 +555,6 @@ def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
         if isinstance(v, str) and len(text) > 1 and (text in asked or text in found.lower()):
             return True
     return False
-
-
-def _proper_name(text: str) -> bool:
-    """A name as a request gives one ("Lima", "Buenos Aires"): capitalised, no digits, short."""
-    return 2 <= len(text) <= 40 and text[0].isupper() and not any(ch.isdigit() for ch in text)
 
 
 def _failed(output: str) -> bool:

@@ -8,7 +8,8 @@ keeps: ``verdict`` says ``"answer"`` only for text that is none of those, and it
 text and what the run knows alone, never from which task is being run (``pyshim.agent_core``
 acts on it; the doors do not, since there the caller's own loop decides). ``unfounded`` keeps a
 second one: an answer the agent returns says nothing about a subject whose lookup failed but that
-it failed; ``with_findings`` a third: it states something of every lookup that answered.
+it failed (``failed_subjects`` reads those from the run's results); ``with_findings`` a third: it
+states something of every lookup that ended a chain (``findings``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,23 @@ import json
 import re
 import unicodedata
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finding", "calls_in_text", "invented_numbers", "numbers", "unfounded", "verdict", "with_findings"]
+from .planner import argument_leaves, leaves
+
+__all__ = [
+    "Finding",
+    "calls_in_text",
+    "failed_subjects",
+    "findings",
+    "invented_numbers",
+    "numbers",
+    "unfounded",
+    "verdict",
+    "with_findings",
+]
 
 _FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*```", re.DOTALL)
 _TAG = re.compile(r"</?tool_call>")
@@ -266,3 +279,61 @@ def with_findings(content: str, findings: Iterable[Finding]) -> str:
     missing = [f for f in findings if f.values and not any(_states(content, v) for v in f.values)]
     lines = [f"Also found: {f.label}: {f.shown}." for f in missing]
     return "\n".join([content.rstrip(), *lines]) if lines else content
+
+
+Results = Sequence[tuple[Mapping[str, Any], str]]  # each call of a run and its output ("error: ..." when it failed)
+
+
+def _failed(output: str) -> bool:
+    return output.startswith("error:")
+
+
+def _proper_name(text: str) -> bool:
+    """A name as a request gives one ("Lima", "Buenos Aires"): capitalised, no digits, short."""
+    return 2 <= len(text) <= 40 and text[0].isupper() and not any(ch.isdigit() for ch in text)
+
+
+def failed_subjects(question: str, results: Results, refused: Collection[str] = ()) -> dict[str, str]:
+    """The names the request gave that a call which ran failed on and no call answered, each with
+    the tool that failed on it (what ``unfounded`` keeps an answer from stating a finding for).
+    ``refused``: ids of calls not run, whose arguments were made up, so not the request's subject."""
+    answered = {str(v).lower() for c, out in results if not _failed(out) for v in argument_leaves(c)}
+    out: dict[str, str] = {}
+    for call, output in results:
+        if not _failed(output) or call.get("id") in refused:
+            continue
+        for v in argument_leaves(call):
+            name = str(v).strip()
+            asked = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question)
+            if isinstance(v, str) and name.lower() not in answered and _proper_name(name) and asked:
+                out.setdefault(name, call["function"]["name"])
+    return out
+
+
+def _passes(output: str, argument: str) -> bool:
+    """Does a later call's argument hold this output (its figure, or its text)?"""
+    figures = numbers(output)
+    if len(figures) == 1:
+        return any(abs(n - figures[0]) <= 1e-9 * max(1.0, abs(figures[0])) for n in numbers(argument))
+    text = output.strip().lower()
+    return bool(text) and (text == argument.strip() or (not figures and text in argument))
+
+
+def findings(results: Results) -> list[Finding]:
+    """Each call that answered and whose result no later call took (the end of a chain: what the
+    request asked for; a link passed on need not be stated), with what it returned beyond its own
+    arguments (what ``with_findings`` has an answer state)."""
+    out = []
+    for i, (call, output) in enumerate(results):
+        later = [str(v).lower() for c, _ in results[i + 1 :] for v in argument_leaves(c)]
+        if _failed(output) or any(_passes(output, arg) for arg in later):
+            continue
+        own = [str(v).strip() for v in argument_leaves(call)]
+        try:
+            parsed = json.loads(output)
+        except json.JSONDecodeError:
+            parsed = output
+        values = tuple(v for v in leaves(parsed) if str(v).strip() not in own and str(v).strip())
+        shown = output if not isinstance(parsed, dict) else ", ".join(f"{k} {v}" for k, v in parsed.items())
+        out.append(Finding(f"{call['function']['name']} for {', '.join(own)}", values, shown.strip()[:200]))
+    return out

@@ -11,49 +11,8 @@ from __future__ import annotations
 
 from scripted import Scripted
 
+from bench.agent_task_set import TOOLS  # the benchmark's own tools: the turns replayed are its tasks'
 from pyshim import Agent
-
-
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression.
-
-    Args:
-        expression: the expression, e.g. "2 * 3".
-    """
-    return str(float(eval(expression, {"__builtins__": {}})))
-
-
-def convert_units(value: float, from_unit: str, to_unit: str) -> str:
-    """Convert a quantity between units of length, mass, volume or temperature.
-
-    Args:
-        value: the quantity.
-        from_unit: its unit.
-        to_unit: the unit wanted.
-    """
-    factors = {("lb", "kg"): 0.453592, ("celsius", "fahrenheit"): 1.8}
-    return f"{value * factors[(from_unit, to_unit)]:g} {to_unit}"
-
-
-def get_weather(city: str) -> str:
-    """Get the current temperature in a city, in degrees Celsius.
-
-    Args:
-        city: the city name.
-    """
-    return {"Cairo": "31"}[city]
-
-
-def get_population(city: str) -> str:
-    """Get the population of a city.
-
-    Args:
-        city: the city name.
-    """
-    return {"Lima": "10004000"}[city]
-
-
-TOOLS = [calculator, convert_units, get_weather, get_population]
 
 
 def _names(schemas: list[dict[str, object]]) -> list[str]:
@@ -67,8 +26,8 @@ def test_a_steps_first_call_is_one_of_the_tools_its_words_point_to() -> None:
     model = Scripted(
         [
             {"content": "Convert 50 lb to kg.\nThen compute that number divided by 2."},
-            {"calls": [("convert_units", '{"value": 50, "from_unit": "lb", "to_unit": "kg"}')]},
-            {"calls": [("convert_units", '{"value": 50, "from_unit": "lb", "to_unit": "kg"}')]},
+            {"calls": [("convert_units", '{"value": 50, "from_unit": "pounds", "to_unit": "kg"}')]},
+            {"calls": [("convert_units", '{"value": 50, "from_unit": "pounds", "to_unit": "kg"}')]},
             {"calls": [("calculator", '{"expression": "22.6796 / 2"}')]},
             {"calls": [("calculator", '{"expression": "22.6796 / 2"}')]},
             {"content": "none"},
@@ -78,7 +37,7 @@ def test_a_steps_first_call_is_one_of_the_tools_its_words_point_to() -> None:
     ask = "Convert 50 lb to kg, then compute that number divided by 2."
     result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
     assert result.stopped == "answer" and len(result.tools_ran) == 2
-    assert _names(model.schemas[1]) == ["convert_units"] and len(model.offered[1]) == 4
+    assert _names(model.schemas[1]) == ["convert_units"] and len(model.offered[1]) == len(TOOLS)
     assert _names(model.schemas[2]) == model.offered[2]  # the turn after a step's calls: every tool
     assert _names(model.schemas[3]) == ["calculator"]
 
@@ -179,22 +138,6 @@ def test_a_call_written_out_to_the_token_limit_is_taken_again_with_another_tool(
     '{"name": "calculator", "arguments": {"expression": "2.8 * 1000000...' to its token limit
     before it knew the stock; the step is asked once more with the calculator out of reach."""
 
-    def get_price(item: str) -> str:
-        """Get the unit price of a shop item in euros.
-
-        Args:
-            item: the item.
-        """
-        return "2.8 EUR"
-
-    def get_stock(item: str) -> str:
-        """Get how many units of a shop item are in stock.
-
-        Args:
-            item: the item.
-        """
-        return "18"
-
     model = Scripted(
         [
             {"content": "Look up the price of a melon.\nUse the calculator to multiply it by the melons in stock."},
@@ -209,6 +152,6 @@ def test_a_call_written_out_to_the_token_limit_is_taken_again_with_another_tool(
         ]
     )
     ask = "Look up the price of a melon, then use the calculator to multiply it by the number of melons in stock."
-    result = Agent(model, [calculator, get_price, get_stock], plan=True).run(ask)  # type: ignore[arg-type]
+    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
     assert [m["content"] for m in result.tools_ran] == ["2.8 EUR", "18", "50.4"]
     assert "calculator" in _names(model.schemas[3]) and "calculator" not in _names(model.schemas[4])
