@@ -14,6 +14,11 @@ from scripted import Scripted
 from bench.agent_task_set import TOOLS  # the benchmark's own tools: the turns replayed are its tasks'
 from pyshim import Agent
 
+CAIRO = "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit."
+CAIRO_PLAN = "Check the temperature in Cairo.\nIf it is above 25 degrees, convert it to Fahrenheit."
+WEATHER = ("get_weather", '{"city": "Cairo"}')
+CONVERT_31 = ("convert_units", '{"value": 31, "from_unit": "celsius", "to_unit": "fahrenheit"}')
+
 
 def _names(schemas: list[dict[str, object]]) -> list[str]:
     return [s["function"]["name"] for s in schemas]  # type: ignore[index]
@@ -48,18 +53,17 @@ def test_a_step_that_repeats_an_earlier_lookup_is_taken_again_without_that_tool(
     repeat that takes from the step ("Compute 17 * 23.", done by the step before) ends it."""
     model = Scripted(
         [
-            {"content": "Check the temperature in Cairo.\nIf it is above 25 degrees, convert it to Fahrenheit."},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},  # the repeat ends step 1
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},  # step 2: the lookup again
-            {"calls": [("convert_units", '{"value": 31, "from_unit": "celsius", "to_unit": "fahrenheit"}')]},
-            {"calls": [("convert_units", '{"value": 31, "from_unit": "celsius", "to_unit": "fahrenheit"}')]},
+            {"content": CAIRO_PLAN},
+            {"calls": [WEATHER]},
+            {"calls": [WEATHER]},  # the repeat ends step 1
+            {"calls": [WEATHER]},  # step 2: the lookup again
+            {"calls": [CONVERT_31]},
+            {"calls": [CONVERT_31]},
             {"content": "none"},
             {"content": "It is 31 degrees, 55.8 Fahrenheit."},
         ]
     )
-    ask = "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit."
-    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
+    result = Agent(model, TOOLS, plan=True).run(CAIRO)  # type: ignore[arg-type]
     assert [c["function"]["name"] for c in result.tool_calls] == ["get_weather", "convert_units"]
     assert "get_weather" in _names(model.schemas[3]) and "get_weather" not in _names(model.schemas[4])
     assert model.seen[4] == model.seen[3]  # the same step again: nothing added to the transcript
@@ -84,18 +88,17 @@ def test_a_step_naming_a_city_is_not_served_by_a_call_that_takes_neither_it_nor_
     call that takes a result is the step's (a later link of a chain)."""
     model = Scripted(
         [
-            {"content": "Check the temperature in Cairo.\nIf it is above 25 degrees, convert it to Fahrenheit."},
+            {"content": CAIRO_PLAN},
             {"calls": [("convert_units", '{"value": 25, "from_unit": "celsius", "to_unit": "fahrenheit"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [("convert_units", '{"value": 31, "from_unit": "celsius", "to_unit": "fahrenheit"}')]},
-            {"calls": [("convert_units", '{"value": 31, "from_unit": "celsius", "to_unit": "fahrenheit"}')]},
+            {"calls": [WEATHER]},
+            {"calls": [WEATHER]},
+            {"calls": [CONVERT_31]},
+            {"calls": [CONVERT_31]},
             {"content": "none"},
             {"content": "It is 31 degrees, 55.8 Fahrenheit."},
         ]
     )
-    ask = "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit."
-    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
+    result = Agent(model, TOOLS, plan=True).run(CAIRO)  # type: ignore[arg-type]
     assert [c["function"]["name"] for c in result.tool_calls] == ["get_weather", "convert_units"]
     assert "convert_units" not in _names(model.schemas[2])
     assert [f.name for f in result.failures] == []  # the barred call was never run
