@@ -26,6 +26,7 @@ from .answers import (
     findings,
     invented_numbers,
     numbers,
+    plain_text,
     unfounded,
     verdict,
     with_findings,
@@ -232,7 +233,7 @@ class _Run:
         if self.steps[0] is None:
             return "next"
         if len(self.results) == self.step_found:  # a step done in text, with no tool: the answer needs it
-            self.notes.append((self.steps[0], (result.get("content") or "").strip()))
+            self.notes.append((self.steps[0], plain_text((result.get("content") or "").strip())))
         return "next"
 
     def off_step(self, calls: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> bool:

@@ -14,6 +14,7 @@ states something of every lookup that ended a chain (``findings``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import unicodedata
@@ -31,6 +32,7 @@ __all__ = [
     "findings",
     "invented_numbers",
     "numbers",
+    "plain_text",
     "unfounded",
     "verdict",
     "with_findings",
@@ -337,3 +339,22 @@ def findings(results: Results) -> list[Finding]:
         shown = output if not isinstance(parsed, dict) else ", ".join(f"{k} {v}" for k, v in parsed.items())
         out.append(Finding(f"{call['function']['name']} for {', '.join(own)}", values, shown.strip()[:200]))
     return out
+
+
+def plain_text(content: str) -> str:
+    """A reply written as a call's JSON, in words: its name and the text of its arguments
+    ('{"name": "Bakery Motto", "arguments": {"motto": "Fresh"}}' is "Bakery Motto: Fresh",
+    '{"name": "apple"}' is "apple"); any other text as it is. A step done in text, tools off,
+    came back so from a 0.5B model, and the answer turn copied the JSON."""
+    items = _call_items(content)
+    if not items:
+        return content
+    parts = []
+    for item in items:
+        args = item.get("arguments", item.get("parameters"))
+        if isinstance(args, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                args = json.loads(args)
+        words = [str(v).strip() for v in leaves(args) if isinstance(v, str) and v.strip()] if args else []
+        parts.append(f"{item['name']}: {'; '.join(words)}" if words else str(item["name"]))
+    return "\n".join(parts)

@@ -158,3 +158,26 @@ def test_a_call_written_out_to_the_token_limit_is_taken_again_with_another_tool(
     result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
     assert [m["content"] for m in result.tools_ran] == ["2.8 EUR", "18", "50.4"]
     assert "calculator" in _names(model.schemas[3]) and "calculator" not in _names(model.schemas[4])
+
+
+def test_a_step_done_in_text_that_wrote_a_call_out_is_noted_in_words() -> None:
+    """ "Give me a short motto for a bakery.": tools off, the model wrote '{"name": "Bakery Motto",
+    "arguments": {"motto": ...}}' and the answer turn copied the JSON; the answer turn now sees the
+    call's name and the text of its arguments."""
+    motto = '{"name": "Bakery Motto", "arguments": {"motto": "Fresh every morning."}}'
+    model = Scripted(
+        [
+            {"content": "Give me a short motto for a bakery.\nWhat is the population of Lima?"},
+            {"calls": [("get_weather", '{"city": "Paris"}')]},  # nothing from the run: not run
+            {"content": motto},  # the step again, tools off
+            {"calls": [("get_population", '{"city": "Lima"}')]},
+            {"calls": [("get_population", '{"city": "Lima"}')]},
+            {"content": "none"},
+            {"content": "Fresh every morning. Lima has 10004000 people."},
+        ]
+    )
+    ask = "Give me a short motto for a bakery, and then the population of Lima."
+    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
+    asked = model.seen[-1][-1]["content"]
+    assert "Give me a short motto for a bakery. -> Bakery Motto: Fresh every morning." in asked and motto not in asked
+    assert result.stopped == "answer"

@@ -355,3 +355,12 @@ def test_an_answer_states_what_the_last_link_of_each_chain_found() -> None:
     )
     model.replies += [{"content": "They pay in Egyptian pounds."}]  # stated: nothing added
     assert Agent(model, [country_of, currency_of], plan=False).run(ask).content == "They pay in Egyptian pounds."  # type: ignore[arg-type]
+
+
+def test_a_call_written_out_reads_as_its_words() -> None:
+    from pyshim.answers import plain_text
+
+    assert plain_text('{"name": "Bakery Motto", "arguments": {"motto": "Fresh"}}') == "Bakery Motto: Fresh"
+    assert plain_text('{"name": "apple"}') == "apple"
+    assert plain_text('{"name": "f", "arguments": "{\\"a\\": \\"x\\", \\"n\\": 2}"}') == "f: x"
+    assert plain_text("Blue, and {not a call}.") == "Blue, and {not a call}."
