@@ -252,7 +252,7 @@ class _Run:
         pointed = set(relevant_tools(step, self.schemas)) - barred
         repeats = not fresh and bool(pointed) and not any(planner.grounded(c, step, words=True) for c in calls)
         names = [n for n in planner.NAME.findall(step) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", self.question)]
-        found = "\n".join(out for _, out in self.results if not _failed(out))
+        found = "\n".join(out for _, out in self.results if not planner.failed(out))
         missed = bool(names) and not any(_takes(c, names, found) for c in fresh)
         return (repeats or (bool(fresh) and missed)) and self.bar(barred)
 
@@ -450,7 +450,7 @@ class _Run:
 
     def answered_tools(self) -> set[str]:
         """The tools that returned a result (not an error) in this run."""
-        return {call["function"]["name"] for call, output in self.results if not _failed(output)}
+        return {call["function"]["name"] for call, output in self.results if not planner.failed(output)}
 
     def succeeded(self) -> bool:
         return bool(self.answered_tools())
@@ -498,7 +498,7 @@ class _Run:
 
     def record(self, call: dict[str, Any], output: str) -> dict[str, Any]:
         self.done.add(call_key(call))
-        if _failed(output):
+        if planner.failed(output):
             fn, refused = call["function"], call["id"] in self.refused
             self.failures.append(ToolFailure(call["id"], fn["name"], fn["arguments"], output[6:].strip(), refused))
         self.results.append((call, output))
@@ -550,17 +550,12 @@ def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
     for v in planner.argument_leaves(call):
         if isinstance(v, bool):
             continue
-        if isinstance(v, (int, float)) and any(abs(v - f) <= 1e-9 * max(1.0, abs(f)) for f in figures):
+        if isinstance(v, (int, float)) and any(planner.same(v, f) for f in figures):
             return True
         text = str(v).strip().lower()
         if isinstance(v, str) and len(text) > 1 and (text in asked or text in found.lower()):
             return True
     return False
-
-
-def _failed(output: str) -> bool:
-    """Is a call's output its error (``tools.tool_error`` and the core's refusals start so)?"""
-    return output.startswith("error:")
 
 
 def _kind(result: Result, question: str, tools: Sequence[str]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .planner import argument_leaves, leaves
+from .planner import argument_leaves, failed, leaves, same
 
 __all__ = [
     "Finding",
@@ -286,10 +286,6 @@ def with_findings(content: str, findings: Iterable[Finding]) -> str:
 Results = Sequence[tuple[Mapping[str, Any], str]]  # each call of a run and its output ("error: ..." when it failed)
 
 
-def _failed(output: str) -> bool:
-    return output.startswith("error:")
-
-
 def _proper_name(text: str) -> bool:
     """A name as a request gives one ("Lima", "Buenos Aires"): capitalised, no digits, short."""
     return 2 <= len(text) <= 40 and text[0].isupper() and not any(ch.isdigit() for ch in text)
@@ -299,10 +295,10 @@ def failed_subjects(question: str, results: Results, refused: Collection[str] = 
     """The names the request gave that a call which ran failed on and no call answered, each with
     the tool that failed on it (what ``unfounded`` keeps an answer from stating a finding for).
     ``refused``: ids of calls not run, whose arguments were made up, so not the request's subject."""
-    answered = {str(v).lower() for c, out in results if not _failed(out) for v in argument_leaves(c)}
+    answered = {str(v).lower() for c, out in results if not failed(out) for v in argument_leaves(c)}
     out: dict[str, str] = {}
     for call, output in results:
-        if not _failed(output) or call.get("id") in refused:
+        if not failed(output) or call.get("id") in refused:
             continue
         for v in argument_leaves(call):
             name = str(v).strip()
@@ -316,7 +312,7 @@ def _passes(output: str, argument: str) -> bool:
     """Does a later call's argument hold this output (its figure, or its text)?"""
     figures = numbers(output)
     if len(figures) == 1:
-        return any(abs(n - figures[0]) <= 1e-9 * max(1.0, abs(figures[0])) for n in numbers(argument))
+        return any(same(n, figures[0]) for n in numbers(argument))
     text = output.strip().lower()
     return bool(text) and (text == argument.strip() or (not figures and text in argument))
 
@@ -328,7 +324,7 @@ def findings(results: Results) -> list[Finding]:
     out = []
     for i, (call, output) in enumerate(results):
         later = [str(v).lower() for c, _ in results[i + 1 :] for v in argument_leaves(c)]
-        if _failed(output) or any(_passes(output, arg) for arg in later):
+        if failed(output) or any(_passes(output, arg) for arg in later):
             continue
         own = [str(v).strip() for v in argument_leaves(call)]
         try:

@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .planner import NAME, RETRY_STEP, argument_leaves, leaves
+from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves
 
 __all__ = ["choices", "figures", "grammar_tools", "narrowed", "retry_steps"]
 
@@ -75,7 +75,7 @@ def choices(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> 
     found: list[str] = []
     used: set[str] = set()
     for call, output in results:
-        if output.startswith("error:"):
+        if failed(output):
             continue
         own = _arguments(call)
         used |= {a.strip().lower() for a in own}
@@ -107,7 +107,7 @@ def figures(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[float]:
     ("399.0" from ``calculator("19 * 21")``, 31 from ``{"city": "Cairo", "temperature_c": 31}``)."""
     out: list[float] = []
     for call, output in results:
-        if output.startswith("error:"):
+        if failed(output):
             continue
         own = {str(a).strip() for a in _arguments(call)}
         try:
@@ -165,13 +165,13 @@ def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
     succeeded, once more with the first name a later successful call returned that no call took
     (the second link of a chain the model took in the wrong order)."""
     taken = {a.strip().lower() for call, _ in results for a in _arguments(call)}
-    succeeded = {call["function"]["name"] for call, out in results if not out.startswith("error:")}
+    succeeded = {call["function"]["name"] for call, out in results if not failed(out)}
     steps: list[str] = []
     for i, (call, out) in enumerate(results):
         tool = call["function"]["name"]
-        if not out.startswith("error:") or tool in succeeded:
+        if not failed(out) or tool in succeeded:
             continue
-        later = [n for c, o in results[i + 1 :] if not o.startswith("error:") for n in _names(o, _arguments(c))]
+        later = [n for c, o in results[i + 1 :] if not failed(o) for n in _names(o, _arguments(c))]
         fresh = [n for n in later if n.lower() not in taken]
         if fresh and (step := RETRY_STEP.format(tool=tool, subject=fresh[0])) not in steps:
             steps.append(step)

@@ -36,12 +36,14 @@ __all__ = [
     "answer_messages",
     "argument_leaves",
     "facts",
+    "failed",
     "grounded",
     "leaves",
     "parse_steps",
     "plan_messages",
     "prompt_texts",
     "replan_messages",
+    "same",
     "step_message",
     "untaken_steps",
 ]
@@ -238,7 +240,7 @@ def _arguments(call: dict[str, Any]) -> str:
 
 def _outcome(output: str) -> str:
     # A failed call reads as a failure, so the answer says so instead of inventing a value.
-    return f"failed ({output[6:].strip()})" if output.startswith("error:") else f"returned: {output}"
+    return f"failed ({output[6:].strip()})" if failed(output) else f"returned: {output}"
 
 
 def facts(results: list[Finding], notes: Sequence[Note] = ()) -> str:
@@ -297,8 +299,14 @@ def argument_leaves(call: Mapping[str, Any]) -> list[Any]:
         return []
 
 
-def _same(a: float, b: float) -> bool:
+def same(a: float, b: float) -> bool:
+    """Are two figures one (to a relative 1e-9: 399.0 and 399)?"""
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def failed(output: str) -> bool:
+    """Is a call's output its error (``tools.tool_error`` and the agent's refusals start so)?"""
+    return output.startswith("error:")
 
 
 def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
@@ -321,7 +329,7 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
         if isinstance(v, str) and not _NUMBER.search(v):
             if (v.strip() and v.strip().lower() in text) or vocabulary & set(re.findall(r"\w{3,}", v.lower())):
                 return True
-        elif (found := _numbers(str(v))) and all(any(_same(n, k) for k in numbers) for n in found):
+        elif (found := _numbers(str(v))) and all(any(same(n, k) for k in numbers) for n in found):
             return True
     return False
 
