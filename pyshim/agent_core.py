@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import chain, planner
+from . import chain, missed, planner
 from .answers import (
     calls_in_text,
     failed_subjects,
@@ -193,7 +193,11 @@ class _Run:
         if calls and not fresh and not any(call_key(c) in self.done for c in calls):
             self.pending = []  # only calls with values from nowhere: none is run
             if self.step_turns == 0 and self.steps[0] is not None:
-                self.in_text = True  # the step again, tools off
+                # The step again: with that tool barred where the step names something no call
+                # took (a lookup is wanted: "Tell me how much warmer Lima is" got calculator("2 +
+                # 3 * 4")), else tools off (a step no tool fits: "Name a fruit").
+                if not (self.untaken_names() and self.bar({c["function"]["name"] for c in calls})):
+                    self.in_text = True
                 return "retry"
             return "next"
         if self.off_step(calls, fresh):
@@ -251,10 +255,16 @@ class _Run:
         barred = {c["function"]["name"] for c in calls}
         pointed = set(relevant_tools(step, self.schemas)) - barred
         repeats = not fresh and bool(pointed) and not any(planner.grounded(c, step, words=True) for c in calls)
-        names = [n for n in planner.NAME.findall(step) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", self.question)]
+        names = _step_names(step, self.question)
         found = "\n".join(out for _, out in self.results if not planner.failed(out))
         missed = bool(names) and not any(_takes(c, names, found) for c in fresh)
         return (repeats or (bool(fresh) and missed)) and self.bar(barred)
+
+    def untaken_names(self) -> list[str]:
+        """The names the current step gives (from the request) that no call has taken."""
+        step = self.steps[0] if self.steps else None
+        took = {str(v).strip().lower() for c, _ in self.results for v in planner.argument_leaves(c)}
+        return [n for n in _step_names(step or "", self.question) if n.lower() not in took]
 
     def bar(self, tools: set[str]) -> bool:
         """Bar ``tools`` from the current planned step's first turn, taken once more; False where
@@ -544,8 +554,14 @@ def _written_tools(result: Result, tools: Sequence[str]) -> set[str]:
     return {n for n in _WRITTEN_NAME.findall(result.get("content") or "") if n in tools}
 
 
+def _step_names(step: str, question: str) -> list[str]:
+    """The names a step gives that the request gave too (not a word the plan made up)."""
+    return [n for n in planner.NAME.findall(step) if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", question)]
+
+
 def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
-    """Does the call take one of ``names``, or a value that a result returned?"""
+    """Does the call take one of ``names``, or a value that a result returned (a figure of it,
+    in an expression: small whole numbers tell nothing)?"""
     asked, figures = {n.lower() for n in names}, numbers(found)
     for v in planner.argument_leaves(call):
         if isinstance(v, bool):
@@ -554,6 +570,10 @@ def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
             return True
         text = str(v).strip().lower()
         if isinstance(v, str) and len(text) > 1 and (text in asked or text in found.lower()):
+            return True
+        # An expression on a figure found ("240 * 0.25" after the stock lookup returned 240).
+        telling = [n for n in numbers(text) if not (n.is_integer() and 0 <= n <= 10)]
+        if isinstance(v, str) and any(planner.same(n, f) for n in telling for f in figures):
             return True
     return False
 
@@ -670,7 +690,9 @@ class AgentCore:
         grammar = state.step_tools(tools)  # the tools a step's words point to, less those barred
         if state.chains():  # a name a lookup found, not one from nowhere (chain.py)
             figures = chain.figures(state.results) if state.points_back() else []
-            grammar = chain.narrowed(grammar, chain.choices(state.question, state.results), figures)
+            # An expression on what was found: the figures found and the ones the step states.
+            terms = figures + chain.stated(state.steps[0] or "") if figures else []
+            grammar = chain.narrowed(grammar, chain.choices(state.question, state.results), figures, terms)
         if grammar != tools:
             options["grammar_tools"] = grammar
         return Generate(state.messages, tools, options)
@@ -700,10 +722,7 @@ class AgentCore:
                 state.begin_steps(steps)
             else:
                 if not steps:  # what the check missed: a failed link a result can feed, a name no call took
-                    missed = chain.retry_steps(state.results) + planner.untaken_steps(
-                        state.question, state.results, self.spec.max_steps
-                    )
-                    steps = missed[: self.spec.max_steps]
+                    steps = missed.missed_steps(state.question, state.results, state.schemas, self.spec.max_steps)
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
                 state.replan(steps)
             return []

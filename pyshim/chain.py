@@ -42,9 +42,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves
+from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves, taken
 
-__all__ = ["choices", "figures", "grammar_tools", "narrowed", "retry_steps"]
+__all__ = [
+    "choices",
+    "figures",
+    "grammar_tools",
+    "name_slots",
+    "narrowed",
+    "retry_steps",
+    "stated",
+]
 
 _DIGIT = re.compile(r"\d")
 _FIGURE = re.compile(r"-?\d+(?:\.\d+)?")
@@ -94,6 +102,12 @@ def _free_string(prop: Any) -> bool:
     )
 
 
+def name_slots(schema: Mapping[str, Any]) -> list[str]:
+    """The slots of a tool that may take a name (free strings)."""
+    props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+    return [k for k, p in props.items() if _free_string(p)]
+
+
 def _free_number(prop: Any) -> bool:
     return (
         isinstance(prop, dict)
@@ -126,29 +140,75 @@ def figures(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[float]:
     return out
 
 
+# Numbers a step states in words, which an expression working on it writes as figures.
+_WORD_FIGURES = {
+    "half": 2, "halve": 2, "double": 2, "twice": 2, "triple": 3, "thrice": 3, "third": 3, "quarter": 4,
+    "dozen": 12, "percent": 100, "hundred": 100, "thousand": 1000, "one": 1, "two": 2, "three": 3,
+    "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+}  # fmt: skip
+# A string slot that holds arithmetic: the calculator's "expression".
+_EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re.IGNORECASE)
+
+
+def stated(text: str) -> list[float]:
+    """The figures a text states, in digits or in words ("half of that number": 2)."""
+    out = [float(f) for f in _FIGURE.findall(text)]
+    out += [float(_WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in _WORD_FIGURES]
+    return list(dict.fromkeys(out))
+
+
+def _written(value: float) -> str:
+    """A figure as a pattern of the ways it is written ("75" or "75.0"; "16.0934")."""
+    if value.is_integer():
+        return rf"{int(value)}(?:\.0)?"
+    text = repr(value) if "e" not in repr(value) else f"{value:f}".rstrip("0")
+    return re.escape(text)
+
+
+def _arithmetic(figures: Sequence[float]) -> str:
+    """A pattern for an expression over ``figures`` only: operators, brackets and spaces between."""
+    term = r" *\(* *-?(?:" + "|".join(_written(f) for f in figures) + r") *\)* *"
+    return rf"^{term}(?:(?:\*\*|//|[-+*/%^]){term})*$"
+
+
+def _expression_slot(name: str, prop: Any, tool: Mapping[str, Any]) -> bool:
+    text = f"{name} {prop.get('description', '')} {tool.get('description', '')}" if isinstance(prop, dict) else ""
+    return _free_string(prop) and bool(_EXPRESSION.search(text.replace("_", " ")))
+
+
 def narrowed(
-    schemas: list[dict[str, Any]] | None, names: Sequence[str], numbers: Sequence[float] = ()
+    schemas: list[dict[str, Any]] | None,
+    names: Sequence[str],
+    numbers: Sequence[float] = (),
+    terms: Sequence[float] = (),
 ) -> list[dict[str, Any]] | None:
-    """The tools with each free string slot limited to ``names`` and each free number slot to
-    ``numbers`` (an integer slot to the whole ones), where there are any; unchanged otherwise."""
-    if not schemas or not (names or numbers):
+    """The tools with each free string slot limited to ``names``, each free number slot to
+    ``numbers`` (an integer slot to the whole ones), and each expression slot to arithmetic on
+    ``terms`` only, where there are any; unchanged otherwise."""
+    if not schemas or not (names or numbers or terms):
         return schemas
     out = []
     for schema in schemas:
-        props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
-        choices: dict[str, list[Any]] = {k: list(names) for k, p in props.items() if names and _free_string(p)}
+        fn = schema.get("function") or {}
+        props = (fn.get("parameters") or {}).get("properties") or {}
+        choices: dict[str, Any] = {k: list(names) for k, p in props.items() if names and _free_string(p)}
+        patterns = {k: _arithmetic(terms) for k, p in props.items() if terms and _expression_slot(k, p, fn)}
+        for k in patterns:
+            choices.pop(k, None)
         for k, p in props.items():
             if not _free_number(p):
                 continue
             whole = p["type"] == "integer"
             if fit := [int(n) if whole else n for n in numbers if not whole or n == int(n)]:
                 choices[k] = fit
-        if not choices:
+        if not (choices or patterns):
             out.append(schema)
             continue
         schema = copy.deepcopy(schema)
         for k, values in choices.items():
             schema["function"]["parameters"]["properties"][k]["enum"] = values
+        for k, pattern in patterns.items():
+            schema["function"]["parameters"]["properties"][k]["pattern"] = pattern
         out.append(schema)
     return out
 
@@ -162,9 +222,10 @@ def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) ->
 
 def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
     """Plan mode's steps for failed lookups a later result can feed: a tool that failed and never
-    succeeded, once more with the first name a later successful call returned that no call took
-    (the second link of a chain the model took in the wrong order)."""
-    taken = {a.strip().lower() for call, _ in results for a in _arguments(call)}
+    succeeded, once more with the first name a later successful call returned that no call of
+    that tool took (the second link of a chain the model took in the wrong order; another tool
+    given the name, ``country_of(city="Egypt")`` after it returned Egypt, does not count)."""
+    took = taken(results)
     succeeded = {call["function"]["name"] for call, out in results if not failed(out)}
     steps: list[str] = []
     for i, (call, out) in enumerate(results):
@@ -172,7 +233,7 @@ def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
         if not failed(out) or tool in succeeded:
             continue
         later = [n for c, o in results[i + 1 :] if not failed(o) for n in _names(o, _arguments(c))]
-        fresh = [n for n in later if n.lower() not in taken]
+        fresh = [n for n in later if n.lower() not in took[tool]]
         if fresh and (step := RETRY_STEP.format(tool=tool, subject=fresh[0])) not in steps:
             steps.append(step)
     return steps

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "FOLLOW_STEP",
     "NAME",
     "PLAN_TOKENS",
     "RETRY_STEP",
+    "UNCHOSEN_STEP",
+    "UNWORKED_STEP",
     "answer_messages",
     "argument_leaves",
     "facts",
@@ -45,6 +48,7 @@ __all__ = [
     "replan_messages",
     "same",
     "step_message",
+    "taken",
     "untaken_steps",
 ]
 
@@ -131,6 +135,17 @@ UNTAKEN_STEP = "Call {tool} for {subject}, as for {like}."
 # failed tool once more, for the found name ("the currency of the country whose capital is Cairo":
 # currency_of(Cairo) failed, country_of(Cairo) returned Egypt, the check answered "none").
 RETRY_STEP = "Call {tool} for {subject}."
+# The second link of a chain whose first was added by the check: the tool that failed on the
+# request's name, for the name the added step finds (the slot is narrowed to found names).
+FOLLOW_STEP = "Call {tool} for what was found."
+# Arithmetic the request asks for with nothing run on what was found ("the combined population of
+# two cities" after both lookups); the step speaks of what was found, so its expression takes the
+# figures results returned and those the request states (``chain.narrowed``).
+UNWORKED_STEP = "Call {tool} with the figures found, to work out: {question}"
+# A fixed choice two slots of a tool offer (a unit to convert from or to) that the request names
+# and no call took ("in Fahrenheit" after a Celsius lookup); "what was found" points the step's
+# number slots at the figures results returned. A choice of one slot gets RETRY_STEP.
+UNCHOSEN_STEP = "Call {tool} so that what was found is in {choice}."
 REPLAN_EXAMPLES = [
     (
         "Who directed the film Vertigo, and in which year was the film Alien released?",
@@ -200,15 +215,18 @@ def replan_messages(question: str, results: list[Finding], notes: Sequence[Note]
 NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
 
 
-def untaken_steps(question: str, results: Sequence[Finding], limit: int) -> list[str]:
+def untaken_steps(question: str, results: Sequence[Finding], limit: int, skip: Collection[str] = ()) -> list[str]:
     """A step for each name of the request that no call (run, failed or not) took as an argument,
     after one that a call did take, in order, at most ``limit``: what the plan missed when the
-    check says nothing is left."""
+    check says nothing is left. ``skip``: words that are no subject (a tool's fixed choices,
+    lowercased: "Fahrenheit" is a unit, not a city to look up as Bergen was)."""
     took: dict[str, str] = {}  # an argument, lowercased -> the tool that took it
     for call, _ in results:
         took.update({str(v).strip().lower(): call["function"]["name"] for v in argument_leaves(call)})
     steps, like = [], None
     for name in dict.fromkeys(NAME.findall(question.strip())):
+        if name.lower() in skip:
+            continue
         if name.lower() in took:
             like = name
         elif like is not None:
@@ -216,9 +234,38 @@ def untaken_steps(question: str, results: Sequence[Finding], limit: int) -> list
     return steps[:limit]
 
 
+# Where one line of a plan holds two steps: a sentence ending before the next begins ("How many
+# are in stock? Multiply that by the price."), a "then" joining two instructions, or an "and"
+# before an instruction that works on what the one before found ("Get X and convert it").
+_SENTENCES = re.compile(r"(?<=[.?!])\s+(?=[A-Z])")
+_JOINED = re.compile(
+    r"\s*(?:,\s*|;\s*)?\b(?:and\s+)?then\b,?\s+"
+    r"|\s*,?\s+and\s+(?=[a-z]+\s+(?:it|that|them|this|those|these)\b)",
+    re.IGNORECASE,
+)
+# A condition keeps its consequence in the same step ("If it is late, then book a taxi").
+_CONDITION = re.compile(r"^\s*(?:if|when|unless|whether|once)\b", re.IGNORECASE)
+
+
+def _parts(line: str) -> list[str]:
+    """The steps one plan line holds: its sentences, each split where it joins two instructions
+    (a small model wrote "How many are in stock? Multiply that by the price." as one step and
+    then did only the first)."""
+    out = []
+    for sentence in _SENTENCES.split(line):
+        pieces = [sentence] if _CONDITION.match(sentence) else _JOINED.split(sentence)
+        pieces = [p.strip(" ,;") for p in pieces if p.strip(" ,;.")]
+        if len(pieces) > 1:
+            pieces = [p[0].upper() + p[1:] + ("" if p[-1] in ".?!" else ".") for p in pieces]
+        out += pieces
+    return out
+
+
 def parse_steps(text: str | None, limit: int) -> list[str]:
-    """The plan's steps: one per non-empty line, list markers stripped, at most ``limit``."""
-    steps = [_BULLET.sub("", line).strip() for line in (text or "").splitlines()]
+    """The plan's steps: one per non-empty line, list markers stripped, a line that holds several
+    steps split into them (``_parts``), at most ``limit``."""
+    lines = [_BULLET.sub("", line).strip() for line in (text or "").splitlines()]
+    steps = [part for line in lines if line for part in _parts(line)]
     return [s for s in steps if s and s.strip(".").lower() != "none"][:limit]
 
 
@@ -299,6 +346,14 @@ def argument_leaves(call: Mapping[str, Any]) -> list[Any]:
         return []
 
 
+def taken(results: Sequence[tuple[Mapping[str, Any], str]]) -> dict[str, set[str]]:
+    """Each tool that was called -> the values (lowercased text) its calls took, failed or not."""
+    out: dict[str, set[str]] = {}
+    for call, _ in results:
+        out.setdefault(call["function"]["name"], set()).update(str(v).strip().lower() for v in argument_leaves(call))
+    return out
+
+
 def same(a: float, b: float) -> bool:
     """Are two figures one (to a relative 1e-9: 399.0 and 399)?"""
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
@@ -315,7 +370,8 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
     tool with values from nowhere ("Name a fruit" became ``currency_of(country="Japan")``):
     such a call is not run. A number counts as known when the text holds it; a string with
     digits (an expression) when every number in it is known; other text when the text holds it,
-    or, with ``words``, a word of it (three letters or more: a query in the model's words)."""
+    or, with ``words``, a word of it (three letters or more: a query in the model's words); an
+    expression's small whole numbers count only when it has no other (``_telling``)."""
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
     except (json.JSONDecodeError, TypeError):
@@ -329,9 +385,16 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
         if isinstance(v, str) and not _NUMBER.search(v):
             if (v.strip() and v.strip().lower() in text) or vocabulary & set(re.findall(r"\w{3,}", v.lower())):
                 return True
-        elif (found := _numbers(str(v))) and all(any(same(n, k) for k in numbers) for n in found):
+        elif (found := _numbers(str(v))) and all(any(same(n, k) for k in numbers) for n in _telling(found)):
             return True
     return False
+
+
+def _telling(found: set[float]) -> set[float]:
+    """The figures of an argument that tell where it came from: small whole numbers (0-10) say
+    nothing when a larger figure stands beside them ("75 / 2" for half of the 75 found; the
+    library reads counts and positions so elsewhere too, ``answers.invented_numbers``)."""
+    return {n for n in found if not (n.is_integer() and 0 <= n <= 10)} or found
 
 
 def prompt_texts() -> list[str]:
@@ -346,6 +409,9 @@ def prompt_texts() -> list[str]:
         REPLAN,
         UNTAKEN_STEP,
         RETRY_STEP,
+        FOLLOW_STEP,
+        UNWORKED_STEP,
+        UNCHOSEN_STEP,
         ANSWER_SYSTEM,
         ANSWER,
         *examples,

@@ -21,8 +21,13 @@ __all__ = [
     "LOOK_UP",
     "NUDGE",
     "answered",
+    "asks_arithmetic",
     "call_key",
+    "choice_owners",
+    "does_arithmetic",
     "fed_back",
+    "fixed_choices",
+    "named_choices",
     "nudge",
     "nudge_text",
     "relevant_tools",
@@ -201,23 +206,71 @@ def _stems(text: str) -> set[str]:
 # divided by 2" shares no word with "Evaluate an arithmetic expression".
 _ARITHMETIC_ASKED = re.compile(
     r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
-    r"|product|half|double|twice|percent\w*)\b|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
+    r"|product|half|double|twice|percent\w*|combined|total|difference|average|ratio)\b"
+    r"|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder)\b"
+    r"|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
     re.IGNORECASE,
 )
 _ARITHMETIC_TOOL = re.compile(r"\b(?:calculat\w*|arithmetic\w*|math\w*|expression\w*)\b", re.IGNORECASE)
 
 
+def asks_arithmetic(text: str) -> bool:
+    """Does the text ask for arithmetic, in words or symbols ("combined", "how much bigger", "2 * 3")?"""
+    return bool(_ARITHMETIC_ASKED.search(text))
+
+
+def does_arithmetic(schema: Mapping[str, Any]) -> bool:
+    """Does the tool do arithmetic (its name or description says so: "calculator")?"""
+    fn = schema.get("function") or {}
+    return bool(_ARITHMETIC_TOOL.search(f"{fn.get('name', '')} {fn.get('description', '')}".replace("_", " ")))
+
+
+def fixed_choices(schema: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A tool's fixed choices: each enum slot's name and each of its string values."""
+    props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+    return [
+        (slot, value)
+        for slot, prop in props.items()
+        if isinstance(prop, Mapping)
+        for value in prop.get("enum") or ()
+        if isinstance(value, str) and value
+    ]
+
+
+def choice_owners(schemas: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Each fixed choice (lowercased) -> the tool of each slot that offers it, once per slot."""
+    owners: dict[str, list[str]] = {}
+    for schema in schemas:
+        tool = str((schema.get("function") or {}).get("name"))
+        for _, value in fixed_choices(schema):
+            owners.setdefault(value.lower(), []).append(tool)
+    return owners
+
+
+def named_choices(text: str, owners: Mapping[str, Any]) -> list[str]:
+    """The fixed choices the text names, in order: a word that is one (any case), or its plural
+    ("apples" for "apple")."""
+    out = []
+    for word in re.findall(r"\w+", text.lower()):
+        forms = (word, word[:-1] if word.endswith("s") else "", word[:-2] if word.endswith("es") else "")
+        out += [form for form in forms if form and form in owners][:1]
+    return list(dict.fromkeys(out))
+
+
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """The tools the question gives a reason to call: a word of the tool's name or description
     shares its stem with a word of the question (first five letters; "divided" and "divide"),
-    or the question asks for arithmetic and the tool does arithmetic. A nudge names and offers
-    only these, never a tool the run has no use for."""
-    asked, arithmetic = _stems(question), bool(_ARITHMETIC_ASKED.search(question))
+    the question names a fixed choice only that tool offers ("in Fahrenheit": a unit), or the
+    question asks for arithmetic and the tool does arithmetic. A nudge names and offers only
+    these, never a tool the run has no use for."""
+    asked, arithmetic = _stems(question), asks_arithmetic(question)
+    owners = choice_owners(schemas)
+    chosen = {tools[0] for c in named_choices(question, owners) if len(set(tools := owners[c])) == 1}
     out = []
     for schema in schemas:
         fn = schema.get("function") or {}
-        text = f"{fn.get('name', '')} {fn.get('description', '')}"
-        if _stems(text) & asked or (arithmetic and _ARITHMETIC_TOOL.search(text.replace("_", " "))):
+        described = _stems(f"{fn.get('name', '')} {fn.get('description', '')}")
+        if described & asked or str(fn.get("name")) in chosen or (arithmetic and does_arithmetic(schema)):
             out.append(str(fn.get("name")))
     return out
 

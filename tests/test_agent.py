@@ -314,11 +314,12 @@ def test_a_step_may_chain_calls_and_a_step_no_tool_fits_is_done_in_text() -> Non
     # not run; the scripted 7 comes from nowhere, 2 from the request and 4 from a result.
     model = _Recording(
         [
-            {"content": "Name a colour.\nSquare 2, then square that."},
+            {"content": "Name a colour.\nSquare 2, then square that."},  # three steps (parse_steps)
             {"calls": [("slow_square", '{"x": 7}')]},  # made to call, it calls with a value from nowhere
             {"content": "Blue."},  # not run: the step again with tools off, done in text
             {"calls": [("slow_square", '{"x": 2}')]},
-            {"calls": [("slow_square", '{"x": 4}')]},  # takes the step's first result as its argument
+            {"content": "4"},
+            {"calls": [("slow_square", '{"x": 4}')]},  # "Square that." takes the first result
             {"content": "16"},
             {"content": "none"},
             {"content": "Blue; 4, then 16."},

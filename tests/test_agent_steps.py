@@ -107,7 +107,8 @@ def test_a_step_naming_a_city_is_not_served_by_a_call_that_takes_neither_it_nor_
 def test_a_step_that_feeds_its_own_output_back_ends_unless_it_asks_for_a_chain() -> None:
     """ "Then compute that number divided by 2.": after 10004000 / 2 the model went on with
     5002000.0 / 2, then 2501000.0 / 2, under the required tool choice; the step now ends at the
-    first such call (not run). A step that asks for a chain of its own runs it."""
+    first such call (not run). A plan line that asks for a chain is two steps, and the second
+    takes what the first found."""
     model = Scripted(
         [
             {"content": "What is the population of Lima?\nThen compute that number divided by 2."},
@@ -124,16 +125,18 @@ def test_a_step_that_feeds_its_own_output_back_ends_unless_it_asks_for_a_chain()
     assert [m["content"] for m in result.tools_ran] == ["10004000", "5002000.0"]
     model = Scripted(
         [
-            {"content": "Divide 40 by 2, then divide that by 2."},  # one step, a chain of its own
+            {"content": "Divide 40 by 2, then divide that by 2."},  # one line, two steps (parse_steps)
             {"calls": [("calculator", '{"expression": "40 / 2"}')]},
+            {"calls": [("calculator", '{"expression": "20.0 / 2"}')]},  # runs on: step 1 ends
+            {"calls": [("calculator", '{"expression": "20.0 / 2"}')]},  # step 2 takes it
             {"calls": [("calculator", '{"expression": "20.0 / 2"}')]},
-            {"content": "10."},
             {"content": "none"},
             {"content": "20, then 10."},
         ]
     )
     result = Agent(model, TOOLS, plan=True).run("Divide 40 by 2, then divide that by 2.")  # type: ignore[arg-type]
     assert [m["content"] for m in result.tools_ran] == ["20.0", "10.0"]
+    assert model.seen[3][-1]["content"].endswith("Divide that by 2.")
 
 
 def test_a_call_written_out_to_the_token_limit_is_taken_again_with_another_tool() -> None:

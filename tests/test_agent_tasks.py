@@ -108,8 +108,11 @@ def test_a_report_half_task_on_the_default_model(qwen: pyshim.Model, index: int)
     r = run_task(qwen, REPORT[index], "plan")
     assert r["stopped"] != "error"
     # The benchmark's figure for the report half is the claim; here each drawn task must still
-    # run to an answer or a bounded stop, and a solved one must have made its needed calls.
-    assert r["stopped"] in ("answer", "max_steps", "call_as_text"), r
+    # run to an answer or a bounded stop that says what it is (``AgentResult.stopped``: a call
+    # written as text, figures no tool gave, every call failed, no answer), and a solved one must
+    # have made its needed calls.
+    bounded = ("answer", "max_steps", "call_as_text", "unsupported", "tools_failed", "no_answer")
+    assert r["stopped"] in bounded, r
     if r["solved"]:
         assert len(r["calls"]) >= len(REPORT[index].needs)
 

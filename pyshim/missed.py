@@ -1,0 +1,117 @@
+"""What plan mode's check adds when the model says nothing is left, and something plainly is.
+
+Once a plan's steps ran out, the model is asked what the request still needs (``planner``'s
+replan turn). A 0.5B model answers "none" after the lookups of a chain whose last link is not
+done: "the combined population of Lyon and Bergen" with both populations found and no sum, "the
+temperature in Bergen in Fahrenheit" with the Celsius figure found and no conversion. Each rule
+here reads the request, the tools' schemas and what ran, and turns one such miss into a step:
+
+- ``chain.retry_steps``: a lookup that failed on the request's name, before one that returned a
+  name (the chain taken in the wrong order);
+- ``unlinked_steps``: a lookup that failed on the request's name with nothing found after it,
+  and a tool the request points to that never ran: that tool first, then the failed one for what
+  it finds (the chain's first link skipped: "the population of the capital of Peru");
+- ``planner.untaken_steps``: a name of the request no call took, after one a call did take;
+- ``unchosen_steps``: a word of the request that is one of a tool's fixed choices (an ``enum``
+  value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took;
+- ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half"), a tool that
+  does arithmetic, figures found, and no arithmetic run at all.
+
+The invariant: a rule adds a step only from what the request says and what ran, never from a
+task's wording, and its step texts share no word with any task the agent is scored on
+(they live in ``planner`` with its other prompts, for the vocabulary check). A request with a
+condition gets no choice or arithmetic step: it may rightly leave one unused. No I/O:
+``agent_core`` asks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import chain, planner
+from .repeats import asks_arithmetic, choice_owners, does_arithmetic, named_choices, relevant_tools
+
+__all__ = ["missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
+
+Finding = planner.Finding  # a tool call and its output
+
+# A request with a condition may rightly leave a choice unused or a sum undone ("if it is above
+# 25 degrees, convert it; if not, just tell me"): no step is added to it.
+_CONDITION = re.compile(r"\b(?:if|unless|otherwise|whether)\b", re.IGNORECASE)
+
+
+def missed_steps(
+    question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]], limit: int
+) -> list[str]:
+    """Every rule's steps, in the order a chain needs them (its links first, arithmetic last)."""
+    choices = set(choice_owners(schemas))
+    retried = chain.retry_steps(results)
+    steps = retried + ([] if retried else unlinked_steps(question, results, schemas))
+    steps += planner.untaken_steps(question, results, limit, choices)
+    steps += unchosen_steps(question, results, schemas) + unworked_steps(question, results, schemas)
+    return list(dict.fromkeys(steps))[:limit]
+
+
+def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Two steps for a lookup that failed on a name of the request and never succeeded, where
+    the request points to a tool that never ran: that tool for the name, then the failed one for
+    what it finds ("the population of the capital of Peru": get_population(Peru) failed, and
+    "capital" points to capital_of; its result is then the name the next call may take)."""
+    ran = {call["function"]["name"] for call, _ in results}
+    succeeded = {call["function"]["name"] for call, out in results if not planner.failed(out)}
+    names = {n.lower(): n for n in planner.NAME.findall(question.strip())}
+    takes_names = {str((s.get("function") or {}).get("name")) for s in schemas if chain.name_slots(s)}
+    unused = [t for t in relevant_tools(question, schemas) if t not in ran and t in takes_names]
+    for call, out in results:
+        tool = call["function"]["name"]
+        if not planner.failed(out) or tool in succeeded or not unused:
+            continue
+        for arg in planner.argument_leaves(call):
+            if (name := names.get(str(arg).strip().lower())) is not None:
+                return [
+                    planner.RETRY_STEP.format(tool=unused[0], subject=name),
+                    planner.FOLLOW_STEP.format(tool=tool),
+                ]
+    return []
+
+
+def unworked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One step for arithmetic the request asks for and nothing did: a tool that does arithmetic
+    exists, some result returned a figure, and no such tool ran successfully ("How much bigger is
+    the population of Tokyo than that of Paris?" after both lookups). Arithmetic that ran, even
+    before a later lookup, counts as done ("Compute 19 * 21, then convert that many km")."""
+    tools = [str((s.get("function") or {}).get("name")) for s in schemas if does_arithmetic(s)]
+    if not tools or not asks_arithmetic(question) or _CONDITION.search(question):
+        return []
+    if not chain.figures(results):
+        return []
+    if any(call["function"]["name"] in tools and not planner.failed(out) for call, out in results):
+        return []
+    return [planner.UNWORKED_STEP.format(tool=tools[0], question=question.strip())]
+
+
+def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A step for each word of the request that is a fixed choice of a tool (an enum value,
+    matched whole, in any case, or as its plural) that no call of that tool took, where the
+    request asked for that tool: its words point to the tool, or the choice is that tool's alone
+    ("in Fahrenheit", with only the Celsius lookup run; "the number of apples in stock", with
+    only the price looked up)."""
+    if _CONDITION.search(question):
+        return []
+    took = planner.taken(results)
+    owners = choice_owners(schemas)  # a choice -> the tool of each slot that offers it
+    pointed = set(relevant_tools(question, schemas))
+    steps = []
+    for choice in named_choices(question, owners):
+        tools = list(dict.fromkeys(owners[choice]))
+        for tool in tools if len(tools) == 1 else [t for t in tools if t in pointed]:
+            if choice in took.get(tool, set()):
+                continue
+            # A choice two slots of one tool offer (a unit to convert from or to) is what the
+            # result should be in; a choice of one slot is what to look up.
+            two_ways = owners[choice].count(tool) > 1
+            template = planner.UNCHOSEN_STEP if two_ways else planner.RETRY_STEP
+            steps.append(template.format(tool=tool, choice=choice, subject=choice))
+    return list(dict.fromkeys(steps))
