@@ -13,7 +13,9 @@ author found in step 1", "if it is late ...") takes its arguments from it; after
 calls the step goes on, tools offered, until the model stops calling (a lookup, then a lookup
 of what it found, is one step), and a step no tool fits is done in text, which the answer sees.
 Once the steps run out the model checks what is still needed; where it answers "none" with a part
-plainly missed, the missed parts become steps (``untaken_steps`` here, ``chain.retry_steps``).
+plainly missed, the missed parts become steps (``missed.missed_steps``, with ``untaken_steps`` here
+and ``chain.retry_steps``). A plan line that holds two steps (two sentences, a "then", an "and"
+before an instruction on what the first found) is split into them (``parse_steps``).
 
 The invariant this module keeps: **its prompts share no tool, topic or phrasing with any task
 the agent is scored on** (``tests/test_agent_tasks.py`` checks the vocabularies are disjoint),
