@@ -54,7 +54,8 @@ _TEXT_ENDS = ("answer", "call_as_text", "no_answer", "unsupported")
 _POINTS_BACK = re.compile(
     r"\b(?:that|those|it|its|them|this|these|result|results|found|returned|previous|above|same)\b", re.IGNORECASE
 )
-# A step that asks for a chain of its own ("Square 2, then square that"): "then" past its start.
+# A step that asks for a chain of its own: "then" past its start (a plan line "Square 2, then square
+# that" is two steps, ``planner.parse_steps``; a condition is kept whole: "If it is late, then ...").
 _CHAINED = re.compile(r"\S.*\b(?:then|after that|afterwards)\b", re.IGNORECASE)
 NO_ANSWER = {"empty": "the last turn was empty", "echo": "the last turn repeated the request"}
 
@@ -277,8 +278,8 @@ class _Run:
     def runs_on(self, fresh: list[dict[str, Any]]) -> bool:
         """Does a planned step's later turn feed the step's own output back into its tool
         ("5002000.0 / 2" after "10004000 / 2" returned 5002000.0, for "Then compute that number
-        divided by 2"), where the step asks for no chain of its own ("Square 2, then square
-        that")? A small model runs on so under a required tool choice: the step is done."""
+        divided by 2"), where the step asks for no chain of its own (``_CHAINED``)? A small model
+        runs on so under a required tool choice: the step is done."""
         step = self.steps[0]
         if step is None or not self.step_turns or _CHAINED.search(step):
             return False
