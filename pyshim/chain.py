@@ -24,7 +24,10 @@ Figures follow the same rule where a step speaks of what an earlier one found ("
 km to miles", "if it is above 25 degrees"): its first call's free number slots are narrowed to the
 figures results returned (``figures``), so "that many" after 19 * 21 returned 399.0 is 399.0, not
 the 19 of the request a 0.5B model wrote. A step that does not point back keeps its numbers free
-(the figures of the step itself are what it works on).
+(the figures of the step itself are what it works on). Such a step's expression slot (a free
+string the tool calls an expression or formula: the calculator's) gets a ``pattern`` instead: arithmetic
+on the figures results returned and the ones the step states, in digits or words ("half": 2), so
+"compute that number times 3" after 10 miles came to 16.0934 km is ``16.0934 * 3``, not ``10 * 3``.
 
 The same reading of results serves plan mode once its steps ran out (``retry_steps``): a lookup
 that failed on the request's name, before one that returned a name, is the chain taken in the
