@@ -170,7 +170,8 @@ def _written(value: float) -> str:
 
 def _arithmetic(figures: Sequence[float]) -> str:
     """A pattern for an expression over ``figures`` only: operators, brackets and spaces between."""
-    term = r" *\(* *-?(?:" + "|".join(_written(f) for f in figures) + r") *\)* *"
+    written = dict.fromkeys(_written(abs(f)) for f in figures)  # a sign is the pattern's own "-?"
+    term = r" *\(* *-?(?:" + "|".join(written) + r") *\)* *"
     return rf"^{term}(?:(?:\*\*|//|[-+*/%^]){term})*$"
 
 

@@ -67,6 +67,9 @@ def test_an_expression_slot_of_a_step_pointing_back_takes_only_the_figures_found
     pattern = calc["function"]["parameters"]["properties"]["expression"]["pattern"]
     assert re.match(pattern, "16.0934 * 3") and re.match(pattern, "(16.0934 * 3.0)")
     assert not re.match(pattern, "10 * 3") and not re.match(pattern, "16.09343")
+    (calc,) = narrowed([function_schema(TOOLS[0])], [], [-9.0], [-9.0, 2.0])  # type: ignore[misc]
+    pattern = calc["function"]["parameters"]["properties"]["expression"]["pattern"]
+    assert re.match(pattern, "-9 / 2") and re.match(pattern, "9 - 2") and not re.match(pattern, "--9 / 2")
     assert "enum" not in calc["function"]["parameters"]["properties"]["expression"]
 
 
