@@ -264,7 +264,7 @@ class _Run:
     def untaken_names(self) -> list[str]:
         """The names the current step gives (from the request) that no call has taken."""
         step = self.steps[0] if self.steps else None
-        took = {str(v).strip().lower() for c, _ in self.results for v in planner.argument_leaves(c)}
+        took = set().union(*planner.taken(self.results).values())
         return [n for n in _step_names(step or "", self.question) if n.lower() not in took]
 
     def bar(self, tools: set[str]) -> bool:
@@ -573,7 +573,7 @@ def _takes(call: dict[str, Any], names: Sequence[str], found: str) -> bool:
         if isinstance(v, str) and len(text) > 1 and (text in asked or text in found.lower()):
             return True
         # An expression on a figure found ("240 * 0.25" after the stock lookup returned 240).
-        telling = [n for n in numbers(text) if not (n.is_integer() and 0 <= n <= 10)]
+        telling = [n for n in numbers(text) if not planner.small_whole(n)]
         if isinstance(v, str) and any(planner.same(n, f) for n in telling for f in figures):
             return True
     return False

@@ -49,6 +49,7 @@ __all__ = [
     "prompt_texts",
     "replan_messages",
     "same",
+    "small_whole",
     "step_message",
     "taken",
     "untaken_steps",
@@ -392,11 +393,17 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
     return False
 
 
+def small_whole(n: float) -> bool:
+    """Is a figure a small whole number (0-10), which tells nothing of where an expression came
+    from ("75 / 2" for half of the 75 found; the library reads counts and positions so elsewhere
+    too, ``answers.invented_numbers``)?"""
+    return n.is_integer() and 0 <= n <= 10
+
+
 def _telling(found: set[float]) -> set[float]:
-    """The figures of an argument that tell where it came from: small whole numbers (0-10) say
-    nothing when a larger figure stands beside them ("75 / 2" for half of the 75 found; the
-    library reads counts and positions so elsewhere too, ``answers.invented_numbers``)."""
-    return {n for n in found if not (n.is_integer() and 0 <= n <= 10)} or found
+    """The figures of an argument that tell where it came from: all but the small whole ones,
+    where a larger figure stands beside them."""
+    return {n for n in found if not small_whole(n)} or found
 
 
 def prompt_texts() -> list[str]:

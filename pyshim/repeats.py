@@ -26,7 +26,6 @@ __all__ = [
     "choice_owners",
     "does_arithmetic",
     "fed_back",
-    "fixed_choices",
     "named_choices",
     "nudge",
     "nudge_text",
@@ -225,25 +224,19 @@ def does_arithmetic(schema: Mapping[str, Any]) -> bool:
     return bool(_ARITHMETIC_TOOL.search(f"{fn.get('name', '')} {fn.get('description', '')}".replace("_", " ")))
 
 
-def fixed_choices(schema: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A tool's fixed choices: each enum slot's name and each of its string values."""
-    props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
-    return [
-        (slot, value)
-        for slot, prop in props.items()
-        if isinstance(prop, Mapping)
-        for value in prop.get("enum") or ()
-        if isinstance(value, str) and value
-    ]
-
-
 def choice_owners(schemas: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Each fixed choice (lowercased) -> the tool of each slot that offers it, once per slot."""
+    """Each fixed choice a tool offers (an enum slot's string value, lowercased) -> the tool of
+    each slot that offers it, once per slot (a unit both ``from_unit`` and ``to_unit`` offer is
+    listed twice)."""
     owners: dict[str, list[str]] = {}
     for schema in schemas:
-        tool = str((schema.get("function") or {}).get("name"))
-        for _, value in fixed_choices(schema):
-            owners.setdefault(value.lower(), []).append(tool)
+        fn = schema.get("function") or {}
+        props = (fn.get("parameters") or {}).get("properties") or {}
+        for prop in props.values():
+            values = prop.get("enum") or () if isinstance(prop, Mapping) else ()
+            for value in values:
+                if isinstance(value, str) and value:
+                    owners.setdefault(value.lower(), []).append(str(fn.get("name")))
     return owners
 
 
