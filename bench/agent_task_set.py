@@ -156,6 +156,8 @@ class Task:
     no_invented: bool = False  # every number the answer states must come from a tool or the question
     # Names a lookup fails for: the answer must say it found nothing for each, with no number beside it.
     fails: tuple[str, ...] = ()
+    # Which batch of tasks it was written in ("" for the first): `--batch` runs one batch alone.
+    batch: str = ""
 
 
 DATA = Path(__file__).with_name("agent_tasks.json")

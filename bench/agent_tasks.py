@@ -291,7 +291,13 @@ def single_table(single: list[dict[str, Any]]) -> list[str]:
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every requested mode and suite on one catalogue model; the peers through a door of their own."""
     ran_at = commit()  # the code that runs is what was there at the start (a commit made meanwhile is not it)
-    tasks = [t for t in TASKS if t.half in args.halves and (not args.family or t.family in args.family)]
+    tasks = [
+        t
+        for t in TASKS
+        if t.half in args.halves
+        and (not args.family or t.family in args.family)
+        and (args.batch is None or t.batch == args.batch)
+    ]
     singles = [s for s in SINGLE if s.half in args.halves]
     with contextlib.ExitStack() as stack:
         m = stack.enter_context(pyshim.Model(models.path(name), n_ctx=4096, n_threads=args.threads))
@@ -307,13 +313,23 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
-    """Raw results of earlier runs (``--json``), one model's modes from several files side by side."""
+    """Raw results of earlier runs (``--json``), one model's modes from several files side by side.
+
+    A mode in several files is merged task by task (a later file's run of a task replaces an
+    earlier one's), so a batch of tasks run alone (``--batch``) joins a whole run; each mode's
+    commits are all those its tasks ran at."""
     raw: dict[str, dict[str, Any]] = {}
+    order = {(t.half, t.prompt): i for i, t in enumerate(TASKS)}
     for path in paths:
         for name, res in json.loads(path.read_text()).items():
-            into = raw.setdefault(name, {"multi": {}, "single": []})
-            into["multi"].update(res["multi"])
-            into.setdefault("commits", {}).update(res.get("commits") or {})
+            into = raw.setdefault(name, {"multi": {}, "single": [], "commits": {}})
+            for mode, runs in res["multi"].items():
+                by_task = {(r["half"], r["prompt"]): r for r in into["multi"].get(mode, [])}
+                by_task.update({(r["half"], r["prompt"]): r for r in runs})
+                into["multi"][mode] = sorted(by_task.values(), key=lambda r: order.get((r["half"], r["prompt"]), -1))
+                sha = (res.get("commits") or {}).get(mode)
+                had = into["commits"].get(mode)
+                into["commits"][mode] = sha if not had or had == sha else f"{had}` and `{sha}"
             into["single"] = res["single"] or into["single"]
     return raw
 
@@ -365,6 +381,7 @@ def main() -> None:
     )
     ap.add_argument("--halves", nargs="+", choices=["dev", "report"], default=["dev", "report"])
     ap.add_argument("--family", nargs="+", help="run only these task families")
+    ap.add_argument("--batch", help="run only the tasks of this batch (a task's `batch` in agent_tasks.json)")
     ap.add_argument("--threads", type=int, default=0, help="n_threads (0: the library's default)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--load", type=Path, nargs="+", help="report these --json files side by side instead of running")

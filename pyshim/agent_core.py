@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import chain, missed, planner
+from . import chain, conditions, missed, planner
 from .answers import (
     calls_in_text,
     failed_subjects,
@@ -30,9 +30,20 @@ from .answers import (
     unfounded,
     verdict,
     with_findings,
+    without_invented,
 )
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
-from .repeats import LOOK_UP, call_key, fed_back, nudge_text, relevant_tools, runaway, told_text
+from .repeats import (
+    LOOK_UP,
+    call_key,
+    choice_owners,
+    fed_back,
+    named_choices,
+    nudge_text,
+    relevant_tools,
+    runaway,
+    told_text,
+)
 from .shapes import AgentResult, Result, ToolFailure
 
 __all__ = ["AgentCore", "AgentResult", "Event", "Finish", "Generate", "RunTools", "Spec", "ToolFailure"]
@@ -147,6 +158,8 @@ class _Run:
     unasked: set[str] = field(default_factory=set)  # ids of calls the request gave no reason for, not run
     answer: str | None = None  # the answer as returned, where it differs from the last turn's text
     revised: list[str] = field(default_factory=list)  # the answer's sentences replaced (``unfounded``)
+    rejected: list[str] = field(default_factory=list)  # branches a decided condition ruled out
+    held: bool | None = None  # did the last condition decided hold (for an "otherwise" step after it)?
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
@@ -289,7 +302,7 @@ class _Run:
         """What the run knows, for telling a call's arguments from invented ones."""
         found = [f"{c['function']['arguments']} {out}" for c, out in self.results]
         said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
-        return "\n".join([self.question, *self.plan_steps, *found, *said, *(t for _, t in self.notes)])
+        return "\n".join([self.question, *found, *said, *(t for _, t in self.notes)])
 
     def after_calls(self, max_steps: int) -> None:
         """A step's calls ran: it goes on (tools offered; a lookup may need a lookup of what it
@@ -301,6 +314,7 @@ class _Run:
         """The current step is done: take the next; once they run out, check the plan against
         what was found (once, if something was); else go answer."""
         self.steps.pop(0)
+        self._settle()
         if self.tool_turns >= max_steps:
             self.phase = "answer"
         elif self.steps:
@@ -311,11 +325,43 @@ class _Run:
     def replan(self, steps: list[str]) -> None:
         """Act on the steps the check found still needed (each a planned step), or go answer."""
         self.replanned = True
-        self.phase = "act" if steps else "answer"
-        if steps:
-            self.steps = list(steps)
-            self.plan_steps += steps
+        self.steps = list(steps)
+        self.plan_steps += steps
+        self._settle()
+        self.phase = "act" if self.steps else "answer"
+        if self.steps:
             self._open_step()
+
+    def _settle(self) -> None:
+        """Decide the conditional steps at the head of the plan once a figure is found
+        (conditions.py): the branch to do replaces the step, a step left with nothing to do is
+        dropped, and the branch not taken is kept so that no check brings it back."""
+        while self.steps and self.steps[0] is not None:
+            decision = conditions.decide(self.steps[0], chain.figures(self.results), self.held)
+            if decision is None:
+                return
+            self.held = decision.held
+            if decision.rejected:
+                self.rejected.append(decision.rejected)
+            if decision.chosen:
+                self.steps[0] = decision.chosen
+                return
+            self.steps.pop(0)
+
+    def wanted(self) -> str:
+        """The request less the branches a decided condition ruled out: the check reads it, so
+        that "otherwise tell me the temperature in Oslo" brings no step for Oslo once the
+        condition chose Cairo."""
+        text = self.question
+        for branch in self.rejected:
+            said = branch.strip(" .").lower()
+            at = text.lower().find(said)
+            if at >= 0:
+                text = text[:at] + text[at + len(said) :]
+            else:
+                for name in planner.NAME.findall(branch):
+                    text = re.sub(rf"\b{re.escape(name)}\b", "", text)
+        return text
 
     def turn_tools(self, schemas: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if self.offer is None or schemas is None:
@@ -351,6 +397,13 @@ class _Run:
         a 0.5B model wrote 19."""
         step = self.steps[0] if self.steps else None
         return step is not None and bool(_POINTS_BACK.search(step))
+
+    def finders(self) -> str:
+        """What the tools whose calls succeeded say of themselves (their descriptions): the unit
+        of a figure they found ("in degrees Celsius")."""
+        ran = {call["function"]["name"] for call, out in self.results if not planner.failed(out)}
+        fns = [t.get("function") or {} for t in self.schemas]
+        return "\n".join(fn.get("description") or "" for fn in fns if fn.get("name") in ran)
 
     def acts_as_asked(self) -> bool:
         """Is the model acting on the question as asked (the plain loop, or a one-step plan)?"""
@@ -488,14 +541,19 @@ class _Run:
         content, self.revised = unfounded(
             result.get("content") or "", failed_subjects(self.question, self.results, self.refused)
         )
-        content = with_findings(content, findings(self.results))
+        said, content = content, with_findings(content, findings(self.results))
+        if made_up := self.unsupported(content):
+            # The sentences stating made-up figures go, and what was found is stated in their
+            # place; an answer with nothing left is no answer.
+            kept, dropped = without_invented(said, [self.known()])
+            kept = with_findings(kept, findings(self.results))
+            if not kept.strip() or self.unsupported(kept):
+                figures = ", ".join(f"{n:g}" for n in made_up)
+                why = f"the answer states figures no tool returned and the request does not hold: {figures}"
+                return self.result("unsupported", why)
+            content, self.revised = kept, [*self.revised, *dropped]
         if content != (result.get("content") or ""):
             self.revise(result.get("content"), content)
-        if made_up := self.unsupported(content):
-            figures = ", ".join(f"{n:g}" for n in made_up)
-            return self.result(
-                "unsupported", f"the answer states figures no tool returned and the request does not hold: {figures}"
-            )
         return self.result("answer")
 
     def revise(self, said: str | None, content: str) -> None:
@@ -692,8 +750,14 @@ class AgentCore:
         if state.chains():  # a name a lookup found, not one from nowhere (chain.py)
             figures = chain.figures(state.results) if state.points_back() else []
             # An expression on what was found: the figures found and the ones the step states.
-            terms = figures + chain.stated(state.steps[0] or "") if figures else []
-            grammar = chain.narrowed(grammar, chain.choices(state.question, state.results), figures, terms)
+            step = state.steps[0] or ""
+            terms = figures + chain.stated(step) if figures else []
+            # Combined as the step asks, or the request where the step's words do not say.
+            operation = chain.asked_operation(step) or chain.asked_operation(state.question)
+            names = chain.choices(state.wanted(), state.results)
+            grammar = chain.narrowed(grammar, names, figures, terms, operation)
+            if figures:  # the units of what was found: the step's and those its finders state
+                grammar = chain.units_named(grammar, f"{step}\n{state.finders()}")
         if grammar != tools:
             options["grammar_tools"] = grammar
         return Generate(state.messages, tools, options)
@@ -722,8 +786,9 @@ class AgentCore:
                 self._events.append({"type": "plan", "steps": steps})
                 state.begin_steps(steps)
             else:
+                steps = planner.new_steps(steps, [state.question, *state.plan_steps])
                 if not steps:  # what the check missed: a failed link a result can feed, a name no call took
-                    steps = missed.missed_steps(state.question, state.results, state.schemas, self.spec.max_steps)
+                    steps = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
                 state.replan(steps)
             return []
@@ -743,9 +808,16 @@ class AgentCore:
 
 def _no_tool_for(state: _Run) -> bool:
     """A request no tool is for needs no plan (the plain loop's turn): no tool's name or
-    description shares a word with it, and it states no figure ("Compute 2 ** 10" shares no word
-    with "Evaluate an arithmetic expression" and needs the calculator)."""
-    return not state.relevant and not any(ch.isdigit() for ch in state.question)
+    description shares a word with it, it states no figure ("Compute 2 ** 10" shares no word
+    with "Evaluate an arithmetic expression" and needs the calculator), names none of a tool's
+    fixed choices ("how much does bread cost": an item two tools take), and names nothing where
+    a tool takes a name ("How warm is it in Bergen and in Lyon": a city)."""
+    if state.relevant or any(ch.isdigit() for ch in state.question):
+        return False
+    if named_choices(state.question, choice_owners(state.schemas)):
+        return False
+    takes_names = any(chain.name_slots(s) for s in state.schemas)
+    return not (takes_names and planner.NAME.search(state.question.strip()))
 
 
 def _begin(spec: Spec, prompt: str | Sequence[Mapping[str, Any]]) -> _Run:

@@ -36,6 +36,7 @@ __all__ = [
     "unfounded",
     "verdict",
     "with_findings",
+    "without_invented",
 ]
 
 _FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*```", re.DOTALL)
@@ -250,6 +251,20 @@ def unfounded(content: str, failed: dict[str, str]) -> tuple[str, list[str]]:
     return (" ".join([text, *unnamed]).strip() if unnamed else "".join(parts)), replaced
 
 
+def without_invented(content: str, known: Iterable[str]) -> tuple[str, list[str]]:
+    """The text less each sentence (or line) that states a figure none of the known texts holds,
+    and those sentences. The answer turn of a 0.5B model, given "calculator for 1464890 / 1000:
+    1464.89", wrote "The population of Kyoto is 1464.89 million": the finding is the library's
+    to state (``with_findings``), the made-up scale is dropped."""
+    parts = _SENTENCE_END.split(content)
+    dropped = []
+    for i in range(0, len(parts), 2):
+        if invented_numbers(parts[i], known):
+            dropped.append(parts[i])
+            parts[i] = ""
+    return ("".join(parts).strip() if dropped else content), dropped
+
+
 @dataclass(frozen=True)
 class Finding:
     """A lookup that answered, as an answer must state it: ``label`` names it ("currency_of for
@@ -279,8 +294,9 @@ def with_findings(content: str, findings: Iterable[Finding]) -> str:
     (the last link of a chain, "Egypt" for the currency of Egypt) or states another in its place;
     the lookup ran and answered, so the caller gets its result."""
     missing = [f for f in findings if f.values and not any(_states(content, v) for v in f.values)]
-    lines = [f"Also found: {f.label}: {f.shown}." for f in missing]
-    return "\n".join([content.rstrip(), *lines]) if lines else content
+    lead = "Also found" if content.strip() else "Found"
+    lines = [f"{lead}: {f.label}: {f.shown}." for f in missing]
+    return "\n".join([c for c in (content.rstrip(), *lines) if c]) if lines else content
 
 
 Results = Sequence[tuple[Mapping[str, Any], str]]  # each call of a run and its output ("error: ..." when it failed)

@@ -43,18 +43,23 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
+from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves, taken
+from .repeats import named_choices
 
 __all__ = [
+    "asked_operation",
     "choices",
     "figures",
+    "gives",
     "grammar_tools",
     "name_slots",
     "narrowed",
     "retry_steps",
     "stated",
+    "units_named",
 ]
 
 _DIGIT = re.compile(r"\d")
@@ -168,11 +173,63 @@ def _written(value: float) -> str:
     return re.escape(text)
 
 
-def _arithmetic(figures: Sequence[float]) -> str:
-    """A pattern for an expression over ``figures`` only: operators, brackets and spaces between."""
-    written = dict.fromkeys(_written(abs(f)) for f in figures)  # a sign is the pattern's own "-?"
-    term = r" *\(* *-?(?:" + "|".join(written) + r") *\)* *"
-    return rf"^{term}(?:(?:\*\*|//|[-+*/%^]){term})*$"
+# The operation a step asks for in words, where it asks for one ("how much warmer": a difference).
+# "total" is not here: "the total cost of 4 coffees" is a product.
+_OPERATIONS = {
+    "-": re.compile(
+        r"\b(?:difference|minus|subtract\w*)\b|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer"
+        r"|less|higher|lower|warmer|colder|older|younger|longer|shorter|heavier|lighter|cheaper|dearer)\b",
+        re.IGNORECASE,
+    ),
+    "+": re.compile(r"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b", re.IGNORECASE),
+    "*": re.compile(r"\b(?:times|multipl\w*|product)\b", re.IGNORECASE),
+    "/": re.compile(r"\b(?:divid\w*|ratio|half|halve|quotient)\b", re.IGNORECASE),
+    "mean": re.compile(r"\b(?:average|mean)\b", re.IGNORECASE),
+}
+# Words of arithmetic that use a figure more than once, or an operator the words above do not name.
+_FREE_FORM = re.compile(r"\b(?:squared?|cubed?|itself|power|percent\w*|twice|double)\b", re.IGNORECASE)
+_SPELLED_OUT = 5  # more terms than this and the expressions are not listed one by one
+_ANY_OPERATOR = r"\*\*|//|[-+*/%^]"
+
+
+def asked_operation(text: str) -> str | None:
+    """The one operation the text asks for in words: "-" ("how much warmer", "difference"), "+",
+    "*", "/" ("half of"), or "mean" ("average"); None where it names none or several, or arithmetic
+    that takes a figure twice ("square it")."""
+    if _FREE_FORM.search(text):
+        return None
+    ops = [op for op, rx in _OPERATIONS.items() if rx.search(text)]
+    return "mean" if "mean" in ops else ops[0] if len(ops) == 1 else None
+
+
+def _term(value: float, signed: bool = False) -> str:
+    """One figure in an expression, in brackets or not: its own sign, or any (``signed`` off)."""
+    sign = ("-" if value < 0 else "") if signed else "-?"
+    return rf" *\(* *{sign}(?:{_written(abs(value))}) *\)* *"
+
+
+def _spelled(terms: list[float], operation: str, found: list[float]) -> list[str]:
+    """Each expression the operation allows, each figure at most once: a difference the larger
+    first (a "how much bigger" is never negative), a mean the sum of found figures over their
+    count, a sum, product or quotient of two or three distinct figures."""
+    if operation == "-":
+        return [f"{_term(a, True)}-{_term(b, True)}" for a, b in permutations(terms, 2) if a > b]
+    if operation == "mean":
+        sums = [(len(seq), r"\+".join(_term(v, True) for v in seq)) for k in (2, 3) for seq in permutations(found, k)]
+        return [rf" *\({added}\) */ *{_written(float(k))} *" for k, added in sums]
+    lengths = (2,) if operation == "/" else (2, 3)
+    return [re.escape(operation).join(_term(v) for v in seq) for k in lengths for seq in permutations(terms, k)]
+
+
+def _arithmetic(figures: Sequence[float], operation: str | None = None, found: Sequence[float] = ()) -> str:
+    """A pattern for an expression over ``figures`` only (operators, brackets and spaces between),
+    the way ``operation`` combines them where the step asks for one (``asked_operation``)."""
+    terms = list(dict.fromkeys(figures))
+    if operation and len(terms) <= _SPELLED_OUT and (alts := _spelled(terms, operation, list(dict.fromkeys(found)))):
+        return "^(?:" + "|".join(alts) + ")$"
+    ops = {None: _ANY_OPERATOR, "mean": r"[+/]"}.get(operation, re.escape(operation or ""))
+    term = r" *\(* *-?(?:" + "|".join(dict.fromkeys(_written(abs(f)) for f in terms)) + r") *\)* *"
+    return rf"^{term}(?:(?:{ops}){term})*$"
 
 
 def _expression_slot(name: str, prop: Any, tool: Mapping[str, Any]) -> bool:
@@ -185,20 +242,26 @@ def narrowed(
     names: Sequence[str],
     numbers: Sequence[float] = (),
     terms: Sequence[float] = (),
+    operation: str | None = None,
 ) -> list[dict[str, Any]] | None:
     """The tools with each free string slot limited to ``names``, each free number slot to
     ``numbers`` (an integer slot to the whole ones), and each expression slot to arithmetic on
-    ``terms`` only, where there are any; unchanged otherwise."""
+    ``terms`` only (combined by ``operation``, where one was asked), where there are any;
+    unchanged otherwise."""
     if not schemas or not (names or numbers or terms):
         return schemas
     out = []
     for schema in schemas:
         fn = schema.get("function") or {}
         props = (fn.get("parameters") or {}).get("properties") or {}
-        choices: dict[str, Any] = {k: list(names) for k, p in props.items() if names and _free_string(p)}
-        patterns = {k: _arithmetic(terms) for k, p in props.items() if terms and _expression_slot(k, p, fn)}
-        for k in patterns:
-            choices.pop(k, None)
+        # An expression slot never takes a name: "what is 45 * 12?" after a lookup found Egypt
+        # came as calculator("Egypt").
+        arithmetic = [k for k, p in props.items() if _expression_slot(k, p, fn)]
+        choices: dict[str, Any] = {
+            k: list(names) for k, p in props.items() if names and _free_string(p) and k not in arithmetic
+        }
+        pattern = _arithmetic(terms, operation, numbers) if terms else ""
+        patterns = dict.fromkeys(arithmetic, pattern) if pattern else {}
         for k, p in props.items():
             if not _free_number(p):
                 continue
@@ -217,6 +280,34 @@ def narrowed(
     return out
 
 
+def units_named(schemas: list[dict[str, Any]] | None, text: str) -> list[dict[str, Any]] | None:
+    """The tools with each fixed choice (a string enum) limited to the values ``text`` names, where
+    it names two or more of them; unchanged otherwise. ``text`` is a step that works on a figure
+    found and what the tools that found it say of it: "Convert it to Fahrenheit" after
+    ``get_weather`` ("in degrees Celsius") offers celsius and fahrenheit, where a 0.5B model
+    walked the enum from its first value and converted 22 km to Fahrenheit. One value named
+    narrows nothing: the other end of a conversion is still the model's to pick."""
+    if not schemas:
+        return schemas
+    out = []
+    for schema in schemas:
+        props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+        fit = {}
+        for k, p in props.items():
+            values = p.get("enum") if isinstance(p, dict) else None
+            if values and all(isinstance(v, str) for v in values):
+                said = set(named_choices(text, {v.lower(): v for v in values}))
+                named = [v for v in values if v.lower() in said]
+                if 2 <= len(named) < len(values):
+                    fit[k] = named
+        if fit:
+            schema = copy.deepcopy(schema)
+            for k, values in fit.items():
+                schema["function"]["parameters"]["properties"][k]["enum"] = values
+        out.append(schema)
+    return out
+
+
 def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) -> list[dict[str, Any]] | None:
     """The ``grammar_tools`` option for a turn offered ``schemas``: the narrowed tools, or None
     when nothing is narrowed (no names found yet, or no free string slot)."""
@@ -224,11 +315,41 @@ def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) ->
     return out if out is not None and out != schemas else None
 
 
-def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
+def _words(text: str) -> set[str]:
+    """The words of a text, lowercased and singular ("units": unit), less the short ones."""
+    return {w.removesuffix("s") for w in re.findall(r"[a-z]+", text.replace("_", " ").lower()) if len(w) > 3}
+
+
+def gives(tool: str, schemas: Sequence[Mapping[str, Any]]) -> set[str]:
+    """What a tool returns, as words: those of its name, and the last of its description before
+    the first word that says what it takes ("Get the capital city of a country": capital, city;
+    "Get the current temperature in a city": weather, temperature, not "current", which would
+    read as "currency" cut short)."""
+    fns = [s.get("function") or {} for s in schemas]
+    described = next((str(fn.get("description") or "") for fn in fns if fn.get("name") == tool), "")
+    head = re.split(r"\b(?:of|in|for|from|used|by|at|to|on|a|an)\b", described, maxsplit=1)[0].split()
+    return _words(tool) - {"get", "list", "find", "fetch", "look"} | _words(head[-1] if head else "")
+
+
+def _slots(call: Mapping[str, Any]) -> set[str]:
+    """The words of the slots a call filled ("country" of ``capital_of(country=...)``)."""
+    try:
+        args = json.loads(call["function"].get("arguments") or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return set()
+    return _words(" ".join(args)) if isinstance(args, dict) else set()
+
+
+def retry_steps(
+    results: Sequence[tuple[Mapping[str, Any], str]], schemas: Sequence[Mapping[str, Any]] = ()
+) -> list[str]:
     """Plan mode's steps for failed lookups a later result can feed: a tool that failed and never
     succeeded, once more with the first name a later successful call returned that no call of
     that tool took (the second link of a chain the model took in the wrong order; another tool
-    given the name, ``country_of(city="Egypt")`` after it returned Egypt, does not count)."""
+    given the name, ``country_of(city="Egypt")`` after it returned Egypt, does not count), where
+    the later call returns what the failed call's slot takes: a country from ``country_of`` for
+    ``currency_of(country=...)``, not the "Peruvian sol" ``currency_of`` returned for
+    ``capital_of(country=...)``."""
     took = taken(results)
     succeeded = {call["function"]["name"] for call, out in results if not failed(out)}
     steps: list[str] = []
@@ -236,7 +357,13 @@ def retry_steps(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[str]:
         tool = call["function"]["name"]
         if not failed(out) or tool in succeeded:
             continue
-        later = [n for c, o in results[i + 1 :] if not failed(o) for n in _names(o, _arguments(c))]
+        slots = _slots(call)
+        later = [
+            n
+            for c, o in results[i + 1 :]
+            if not failed(o) and (not slots or slots & gives(c["function"]["name"], schemas))
+            for n in _names(o, _arguments(c))
+        ]
         fresh = [n for n in later if n.lower() not in took[tool]]
         if fresh and (step := RETRY_STEP.format(tool=tool, subject=fresh[0])) not in steps:
             steps.append(step)

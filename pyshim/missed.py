@@ -12,6 +12,9 @@ here reads the request, the tools' schemas and what ran, and turns one such miss
   and a tool the request points to that never ran: that tool first, then the failed one for what
   it finds (the chain's first link skipped: "the population of the capital of Peru");
 - ``planner.untaken_steps``: a name of the request no call took, after one a call did take;
+- ``unrun_steps``: a tool that returns what the request asks for ("the temperature in Kyoto":
+  get_weather gives "the current temperature") and takes a name never ran: a step for the name the
+  request gives after that word;
 - ``unchosen_steps``: a word of the request that is one of a tool's fixed choices (an ``enum``
   value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took;
 - ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half"), a tool that
@@ -31,9 +34,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import chain, planner
-from .repeats import asks_arithmetic, choice_owners, does_arithmetic, named_choices, relevant_tools
+from .repeats import (
+    asks_arithmetic,
+    choice_owners,
+    does_arithmetic,
+    named_choices,
+    named_tools,
+    relevant_tools,
+)
 
-__all__ = ["missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
+__all__ = ["missed_steps", "unchosen_steps", "unlinked_steps", "unrun_steps", "unworked_steps"]
 
 Finding = planner.Finding  # a tool call and its output
 
@@ -47,23 +57,25 @@ def missed_steps(
 ) -> list[str]:
     """Every rule's steps, in the order a chain needs them (its links first, arithmetic last)."""
     choices = set(choice_owners(schemas))
-    retried = chain.retry_steps(results)
+    retried = chain.retry_steps(results, schemas)
     steps = retried + ([] if retried else unlinked_steps(question, results, schemas))
-    steps += planner.untaken_steps(question, results, limit, choices)
+    steps += planner.untaken_steps(question, results, limit, choices) + unrun_steps(question, results, schemas)
     steps += unchosen_steps(question, results, schemas) + unworked_steps(question, results, schemas)
     return list(dict.fromkeys(steps))[:limit]
 
 
 def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """Two steps for a lookup that failed on a name of the request and never succeeded, where
-    the request points to a tool that never ran: that tool for the name, then the failed one for
+    the request names a tool (a word of its name) that never ran: that tool for the name, then the failed one for
     what it finds ("the population of the capital of Peru": get_population(Peru) failed, and
     "capital" points to capital_of; its result is then the name the next call may take)."""
     ran = {call["function"]["name"] for call, _ in results}
     succeeded = {call["function"]["name"] for call, out in results if not planner.failed(out)}
     names = {n.lower(): n for n in planner.NAME.findall(question.strip())}
     takes_names = {str((s.get("function") or {}).get("name")) for s in schemas if chain.name_slots(s)}
-    unused = [t for t in relevant_tools(question, schemas) if t not in ran and t in takes_names]
+    # Named by the request, not merely described: "Which country is Springfield in?" points to
+    # capital_of only by its description ("capital city of a country"), and that link is not asked.
+    unused = [t for t in named_tools(question, schemas) if t not in ran and t in takes_names]
     for call, out in results:
         tool = call["function"]["name"]
         if not planner.failed(out) or tool in succeeded or not unused:
@@ -75,6 +87,27 @@ def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[
                     planner.FOLLOW_STEP.format(tool=tool),
                 ]
     return []
+
+
+def unrun_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A step for each tool that takes a name and never ran, where the request asks for what it
+    returns *of* a name (one of the tool's own words, then "of", "in", "for" or "at" and the
+    name): "the population of Cusco and the temperature in Kyoto" with only get_population run is
+    get_weather for Kyoto. "The country whose capital is Cairo" asks for no capital of anything.
+    None for a request with a condition (a branch may rightly stay undone)."""
+    if _CONDITION.search(question):
+        return []
+    ran = {call["function"]["name"] for call, _ in results}
+    steps = []
+    for schema in schemas:
+        tool = str((schema.get("function") or {}).get("name"))
+        if tool in ran or not chain.name_slots(schema) or does_arithmetic(schema):
+            continue
+        said = "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
+        of = re.search(rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})", question)
+        if of:
+            steps.append(planner.RETRY_STEP.format(tool=tool, subject=of.group(1)))
+    return steps
 
 
 def unworked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -102,9 +135,12 @@ def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[
         return []
     took = planner.taken(results)
     owners = choice_owners(schemas)  # a choice -> the tool of each slot that offers it
-    pointed = set(relevant_tools(question, schemas))
+    named = named_choices(question, owners)
+    # A tool that took another choice the request names is pointed to as well: "how much does a
+    # banana cost, and how much does bread cost?" after get_price(banana) is get_price for bread.
+    pointed = set(relevant_tools(question, schemas)) | {t for t, took_ in took.items() if took_ & set(named)}
     steps = []
-    for choice in named_choices(question, owners):
+    for choice in named:
         tools = list(dict.fromkeys(owners[choice]))
         for tool in tools if len(tools) == 1 else [t for t in tools if t in pointed]:
             if choice in took.get(tool, set()):

@@ -44,6 +44,7 @@ __all__ = [
     "failed",
     "grounded",
     "leaves",
+    "new_steps",
     "parse_steps",
     "plan_messages",
     "prompt_texts",
@@ -270,6 +271,18 @@ def parse_steps(text: str | None, limit: int) -> list[str]:
     lines = [_BULLET.sub("", line).strip() for line in (text or "").splitlines()]
     steps = [part for line in lines if line for part in _parts(line)]
     return [s for s in steps if s and s.strip(".").lower() != "none"][:limit]
+
+
+def _said(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def new_steps(steps: Sequence[str], asked: Sequence[str]) -> list[str]:
+    """The check's steps less those that only repeat the request or a step already taken (as
+    written, or with its finding after "->"): the model wrote the request back as "what is still
+    needed", was given it as a step, and did its first part again."""
+    seen = {_said(a) for a in asked}
+    return [s for s in steps if _said(s.split("->")[0]) not in seen]
 
 
 def step_message(step: str) -> dict[str, Any]:

@@ -27,10 +27,12 @@ __all__ = [
     "does_arithmetic",
     "fed_back",
     "named_choices",
+    "named_tools",
     "nudge",
     "nudge_text",
     "relevant_tools",
     "repeats_only",
+    "stems",
     "told_text",
 ]
 
@@ -196,7 +198,8 @@ _STOP = frozenset(
 )
 
 
-def _stems(text: str) -> set[str]:
+def stems(text: str) -> set[str]:
+    """The words of a text that carry its topic, cut to five letters ("divided" and "divide")."""
     words = re.findall(r"[a-z]+", text.replace("_", " ").lower())
     return {w[:5] for w in words if len(w) >= 4 and w not in _STOP}
 
@@ -250,19 +253,28 @@ def named_choices(text: str, owners: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def named_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The tools a word of whose *name* the question uses ("the capital of Peru": ``capital_of``),
+    a narrower reason than ``relevant_tools``' (a word of the description will do there: "Which
+    country is Springfield in?" shares "country" with capital_of's "capital city of a country")."""
+    asked = stems(question)
+    names = [str((s.get("function") or {}).get("name", "")) for s in schemas]
+    return [name for name in names if stems(name) & asked]
+
+
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """The tools the question gives a reason to call: a word of the tool's name or description
     shares its stem with a word of the question (first five letters; "divided" and "divide"),
     the question names a fixed choice only that tool offers ("in Fahrenheit": a unit), or the
     question asks for arithmetic and the tool does arithmetic. A nudge names and offers only
     these, never a tool the run has no use for."""
-    asked, arithmetic = _stems(question), asks_arithmetic(question)
+    asked, arithmetic = stems(question), asks_arithmetic(question)
     owners = choice_owners(schemas)
     chosen = {tools[0] for c in named_choices(question, owners) if len(set(tools := owners[c])) == 1}
     out = []
     for schema in schemas:
         fn = schema.get("function") or {}
-        described = _stems(f"{fn.get('name', '')} {fn.get('description', '')}")
+        described = stems(f"{fn.get('name', '')} {fn.get('description', '')}")
         if described & asked or str(fn.get("name")) in chosen or (arithmetic and does_arithmetic(schema)):
             out.append(str(fn.get("name")))
     return out

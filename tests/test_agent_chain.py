@@ -246,3 +246,73 @@ def test_only_a_step_that_points_back_has_its_number_slots_narrowed() -> None:
     (tool,) = model.schemas[3]
     assert tool["function"]["parameters"]["properties"]["value"]["enum"] == [399.0]
     assert "enum" not in str(model.schemas[1]) and "enum" not in str(model.schemas[2])  # before a result; a later turn
+
+
+def test_the_operation_a_step_asks_for_in_words_shapes_its_expression() -> None:
+    """Seen on the development half: "how much warmer Lima is" after 13 and 22 were found came as
+    calculator("13 + 22"); "How much bigger is Tokyo than Paris" as "2102650 - 13960000"; the
+    average of 18 and 20 as "((20 + 18) * 20) / 20"; a price times a stock as "120 * 120". Where a
+    step names one operation, its expression slot allows only that operation, each figure once, a
+    difference larger first and a mean over the count."""
+    import re
+
+    from pyshim.chain import asked_operation
+
+    assert asked_operation("Tell me how much warmer Lima is.") == "-"
+    assert asked_operation("What is the average temperature of Paris and Lyon?") == "mean"
+    assert asked_operation("Multiply it by the number of apples in stock.") == "*"
+    assert asked_operation("Compute half of that number.") == "/"
+    assert asked_operation("What is the combined population of Lyon and Bergen?") == "+"
+    for free in ("Square that number.", "Compute the total cost of 4 of them.", "Add 3, then divide by 2."):
+        assert asked_operation(free) is None, free
+    calc = {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+
+    def pattern(found: list[float], stated: list[float], operation: str | None) -> str:
+        (out,) = narrowed([calc], [], found, found + stated, operation)  # type: ignore[misc]
+        return str(out["function"]["parameters"]["properties"]["expression"]["pattern"])
+
+    cases = [
+        ([13.0, 22.0], [], "-", ["22 - 13", "(22.0 - 13)"], ["13 + 22", "13 - 22"]),
+        ([13960000.0, 2102650.0], [], "-", ["13960000 - 2102650"], ["2102650 - 13960000"]),
+        ([18.0, 20.0], [], "mean", ["(20 + 18) / 2", "(18+20)/2.0"], ["((20 + 18) * 20) / 20", "20 + 18"]),
+        ([0.4, 120.0], [], "*", ["120 * 0.4", "0.4*120"], ["120 * 120", "120 + 0.4"]),
+        ([75.0], [2.0], "/", ["75 / 2"], ["75 / 75", "75 * 2"]),
+        ([75.0], [2.0], None, ["75 / 2", "75 * 2 - 75"], ["76 / 2"]),  # no operation named: any
+    ]
+    for found, said, operation, right, wrong in cases:
+        p = pattern(found, said, operation)
+        assert all(re.match(p, e) for e in right), (operation, right)
+        assert not any(re.match(p, e) for e in wrong), (operation, wrong)
+
+
+def test_a_conversion_of_a_figure_found_is_offered_the_units_named_by_the_step_and_its_finder() -> None:
+    """ "Get the temperature in Lima and convert it to Fahrenheit": the model converted 22 *km* to
+    Fahrenheit (walking the unit enum from its first value). get_weather says its figure is in
+    degrees Celsius; with the step's Fahrenheit, the unit slots offer those two. One unit named
+    narrows nothing."""
+    from pyshim.chain import units_named
+
+    units = ["km", "miles", "kg", "pounds", "celsius", "fahrenheit"]
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "convert_units",
+            "parameters": {
+                "type": "object",
+                "properties": {"value": {"type": "number"}, "from_unit": {"enum": units}, "to_unit": {"enum": units}},
+            },
+        },
+    }
+    said = "Convert it to Fahrenheit.\nGet the current temperature in a city, in degrees Celsius."
+    (out,) = units_named([tool], said)  # type: ignore[misc]
+    props = out["function"]["parameters"]["properties"]
+    assert props["from_unit"]["enum"] == props["to_unit"]["enum"] == ["celsius", "fahrenheit"]
+    assert tool["function"]["parameters"]["properties"]["from_unit"]["enum"] == units  # the input is left alone
+    assert units_named([tool], "Convert it to kg.") == [tool]

@@ -48,12 +48,14 @@ def test_a_steps_first_call_is_one_of_the_tools_its_words_point_to() -> None:
 
 
 def test_a_step_that_repeats_an_earlier_lookup_is_taken_again_without_that_tool() -> None:
-    """ "If it is above 25 degrees, convert it to Fahrenheit": the model looked Cairo up again,
-    which ended the step; now the step is asked once more with get_weather out of its grammar. A
-    repeat that takes from the step ("Compute 17 * 23.", done by the step before) ends it."""
+    """ "Convert that temperature to Fahrenheit": the model looked Cairo up again, which ended
+    the step; now the step is asked once more with get_weather out of its grammar. A repeat that
+    takes from the step ("Compute 17 * 23.", done by the step before) ends it. (The step was first
+    "If it is above 25 degrees, convert it to Fahrenheit"; a condition is now decided before the
+    model sees the step, test_agent_families.py.)"""
     model = Scripted(
         [
-            {"content": CAIRO_PLAN},
+            {"content": "Check the temperature in Cairo.\nConvert that temperature to Fahrenheit."},
             {"calls": [WEATHER]},
             {"calls": [WEATHER]},  # the repeat ends step 1
             {"calls": [WEATHER]},  # step 2: the lookup again
@@ -63,7 +65,7 @@ def test_a_step_that_repeats_an_earlier_lookup_is_taken_again_without_that_tool(
             {"content": "It is 31 degrees, 55.8 Fahrenheit."},
         ]
     )
-    result = Agent(model, TOOLS, plan=True).run(CAIRO)  # type: ignore[arg-type]
+    result = Agent(model, TOOLS, plan=True).run("Check the temperature in Cairo and convert it to Fahrenheit.")  # type: ignore[arg-type]
     assert [c["function"]["name"] for c in result.tool_calls] == ["get_weather", "convert_units"]
     assert "get_weather" in _names(model.schemas[3]) and "get_weather" not in _names(model.schemas[4])
     assert model.seen[4] == model.seen[3]  # the same step again: nothing added to the transcript

@@ -285,8 +285,11 @@ def test_a_call_the_request_gives_no_reason_for_is_not_run(plan: bool) -> None:
     assert model.offered[1] == [] and model.options[1]["tool_choice"] == "none"
     assert result.tools_ran == [] and [(f.name, f.refused) for f in result.failures] == [("divide", True)]
     assert "no reason" in result.failures[0].error
-    model = _Scripted([{"calls": [("get_mayor", '{"city": "Paris"}')]}, {"content": "Paris."}])
-    result = _agent(model, plan=plan).run("Who runs things in Paris these days?")
+    ask = "Who runs things in Paris these days?"
+    # A request naming a city is planned (a one-step plan: the question as asked, then the check).
+    planned, checked = ([{"content": ask}], [{"content": "none"}, {"content": "Paris."}]) if plan else ([], [])
+    model = _Scripted([*planned, {"calls": [("get_mayor", '{"city": "Paris"}')]}, {"content": "Paris."}, *checked])
+    result = _agent(model, plan=plan).run(ask)
     assert [m["name"] for m in result.tools_ran] == ["get_mayor"]  # "Paris" is the request's
 
 
