@@ -160,6 +160,7 @@ class _Run:
     revised: list[str] = field(default_factory=list)  # the answer's sentences replaced (``unfounded``)
     rejected: list[str] = field(default_factory=list)  # branches a decided condition ruled out
     held: bool | None = None  # did the last condition decided hold (for an "otherwise" step after it)?
+    decided_on: set[int] = field(default_factory=set)  # the results conditions were decided by
 
     def options(self, base: Mapping[str, Any]) -> dict[str, Any]:
         options = dict(base)
@@ -341,6 +342,9 @@ class _Run:
             if decision is None:
                 return
             self.held = decision.held
+            # The figure a condition was decided by is one the request asked to check: stated.
+            answered = [i for i, (_, out) in enumerate(self.results) if not planner.failed(out)]
+            self.decided_on.update(answered[-1:])
             if decision.rejected:
                 self.rejected.append(decision.rejected)
             if decision.chosen:
@@ -541,12 +545,13 @@ class _Run:
         content, self.revised = unfounded(
             result.get("content") or "", failed_subjects(self.question, self.results, self.refused)
         )
-        said, content = content, with_findings(content, findings(self.results))
+        found = findings(self.results, self.decided_on)
+        said, content = content, with_findings(content, found)
         if made_up := self.unsupported(content):
             # The sentences stating made-up figures go, and what was found is stated in their
             # place; an answer with nothing left is no answer.
             kept, dropped = without_invented(said, [self.known()])
-            kept = with_findings(kept, findings(self.results))
+            kept = with_findings(kept, found)
             if not kept.strip() or self.unsupported(kept):
                 figures = ", ".join(f"{n:g}" for n in made_up)
                 why = f"the answer states figures no tool returned and the request does not hold: {figures}"

@@ -333,14 +333,16 @@ def _passes(output: str, argument: str) -> bool:
     return bool(text) and (text == argument.strip() or (not figures and text in argument))
 
 
-def findings(results: Results) -> list[Finding]:
+def findings(results: Results, asked: Collection[int] = ()) -> list[Finding]:
     """Each call that answered and whose result no later call took (the end of a chain: what the
-    request asked for; a link passed on need not be stated), with what it returned beyond its own
-    arguments (what ``with_findings`` has an answer state)."""
+    request asked for; a link passed on need not be stated), or that the request asked for itself
+    (``asked``: indexes into ``results``; "Check the temperature in Cairo. If it is above 25
+    degrees, convert it": 31 was passed on, and the answer gave only 87.8), with what it returned
+    beyond its own arguments (what ``with_findings`` has an answer state)."""
     out = []
     for i, (call, output) in enumerate(results):
         later = [str(v).lower() for c, _ in results[i + 1 :] for v in argument_leaves(c)]
-        if failed(output) or any(_passes(output, arg) for arg in later):
+        if failed(output) or (i not in asked and any(_passes(output, arg) for arg in later)):
             continue
         own = [str(v).strip() for v in argument_leaves(call)]
         try:

@@ -28,10 +28,17 @@ the 19 of the request a 0.5B model wrote. A step that does not point back keeps 
 string the tool calls an expression or formula: the calculator's) gets a ``pattern`` instead: arithmetic
 on the figures results returned and the ones the step states, in digits or words ("half": 2), so
 "compute that number times 3" after 10 miles came to 16.0934 km is ``16.0934 * 3``, not ``10 * 3``.
+Where the step (or else the request) names one operation in words (``asked_operation``: "how much
+warmer", "average", "times", "half of"), the pattern lists only the expressions of that operation
+with each figure at most once: a difference the larger first, a mean over the count of figures
+found. Its fixed choices (enum slots: units) are offered only the values the step and the tools
+that found its figures name, where they name two or more (``units_named``: "convert it to
+Fahrenheit" after a lookup "in degrees Celsius"). An expression slot never takes a name.
 
 The same reading of results serves plan mode once its steps ran out (``retry_steps``): a lookup
-that failed on the request's name, before one that returned a name, is the chain taken in the
-wrong order, and gets one more step with the found name.
+that failed on the request's name, before one that returned a name of the kind its slot takes
+(``gives``: what a tool returns, by its name and description), is the chain taken in the wrong
+order, and gets one more step with the found name.
 
 The invariant: this module only ever narrows a tool's schema, never widens it, and does no I/O
 (``agent_core`` asks it for the next turn's ``grammar_tools`` and the check's missed steps).
@@ -203,9 +210,11 @@ def asked_operation(text: str) -> str | None:
 
 
 def _term(value: float, signed: bool = False) -> str:
-    """One figure in an expression, in brackets or not: its own sign, or any (``signed`` off)."""
+    """One figure of a spelled-out expression, a space either side or none: its own sign, or any
+    (``signed`` off). At most one space: where the pattern allowed any number, the model wrote
+    "((22 - 13)", found nothing it could close with, and wrote spaces to the token limit."""
     sign = ("-" if value < 0 else "") if signed else "-?"
-    return rf" *\(* *{sign}(?:{_written(abs(value))}) *\)* *"
+    return rf" ?{sign}(?:{_written(abs(float(value)))}) ?"
 
 
 def _spelled(terms: list[float], operation: str, found: list[float]) -> list[str]:
@@ -216,7 +225,7 @@ def _spelled(terms: list[float], operation: str, found: list[float]) -> list[str
         return [f"{_term(a, True)}-{_term(b, True)}" for a, b in permutations(terms, 2) if a > b]
     if operation == "mean":
         sums = [(len(seq), r"\+".join(_term(v, True) for v in seq)) for k in (2, 3) for seq in permutations(found, k)]
-        return [rf" *\({added}\) */ *{_written(float(k))} *" for k, added in sums]
+        return [rf" ?\({added}\) ?/ ?{_written(float(k))} ?" for k, added in sums]
     lengths = (2,) if operation == "/" else (2, 3)
     return [re.escape(operation).join(_term(v) for v in seq) for k in lengths for seq in permutations(terms, k)]
 
@@ -226,9 +235,9 @@ def _arithmetic(figures: Sequence[float], operation: str | None = None, found: S
     the way ``operation`` combines them where the step asks for one (``asked_operation``)."""
     terms = list(dict.fromkeys(figures))
     if operation and len(terms) <= _SPELLED_OUT and (alts := _spelled(terms, operation, list(dict.fromkeys(found)))):
-        return "^(?:" + "|".join(alts) + ")$"
+        return r"^\(?(?:" + "|".join(alts) + r")\)?$"  # one pair of brackets round it, or none
     ops = {None: _ANY_OPERATOR, "mean": r"[+/]"}.get(operation, re.escape(operation or ""))
-    term = r" *\(* *-?(?:" + "|".join(dict.fromkeys(_written(abs(f)) for f in terms)) + r") *\)* *"
+    term = r" ?\(* ?-?(?:" + "|".join(dict.fromkeys(_written(abs(f)) for f in terms)) + r") ?\)* ?"
     return rf"^{term}(?:(?:{ops}){term})*$"
 
 

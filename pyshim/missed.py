@@ -12,9 +12,8 @@ here reads the request, the tools' schemas and what ran, and turns one such miss
   and a tool the request points to that never ran: that tool first, then the failed one for what
   it finds (the chain's first link skipped: "the population of the capital of Peru");
 - ``planner.untaken_steps``: a name of the request no call took, after one a call did take;
-- ``unrun_steps``: a tool that returns what the request asks for ("the temperature in Kyoto":
-  get_weather gives "the current temperature") and takes a name never ran: a step for the name the
-  request gives after that word;
+- ``unrun_steps``: a name the request asks a tool's own thing of ("the temperature in Kyoto":
+  get_weather gives "the current temperature") that no call of that tool took;
 - ``unchosen_steps``: a word of the request that is one of a tool's fixed choices (an ``enum``
   value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took;
 - ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half"), a tool that
@@ -90,24 +89,26 @@ def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[
 
 
 def unrun_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
-    """A step for each tool that takes a name and never ran, where the request asks for what it
-    returns *of* a name (one of the tool's own words, then "of", "in", "for" or "at" and the
-    name): "the population of Cusco and the temperature in Kyoto" with only get_population run is
-    get_weather for Kyoto. "The country whose capital is Cairo" asks for no capital of anything.
-    None for a request with a condition (a branch may rightly stay undone)."""
+    """A step for each name the request asks a tool's own thing *of* (one of the tool's words,
+    then "of", "in", "for" or "at" and the name) that no call of that tool took, for tools that
+    take a name: "the population of Cusco and the temperature in Kyoto" with only
+    get_population(Kyoto) run is get_population for Cusco and get_weather for Kyoto. "The country
+    whose capital is Cairo" asks for no capital of anything. None for a request with a condition
+    (a branch may rightly stay undone)."""
     if _CONDITION.search(question):
         return []
-    ran = {call["function"]["name"] for call, _ in results}
-    steps = []
+    took = planner.taken(results)
+    steps = []  # (where the request asks it, the step): in the request's order
     for schema in schemas:
         tool = str((schema.get("function") or {}).get("name"))
-        if tool in ran or not chain.name_slots(schema) or does_arithmetic(schema):
+        if not chain.name_slots(schema) or does_arithmetic(schema):
             continue
         said = "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
-        of = re.search(rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})", question)
-        if of:
-            steps.append(planner.RETRY_STEP.format(tool=tool, subject=of.group(1)))
-    return steps
+        of = rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})"
+        for m in re.finditer(of, question):
+            if m.group(1).lower() not in took.get(tool, set()):
+                steps.append((m.start(), planner.RETRY_STEP.format(tool=tool, subject=m.group(1))))
+    return [step for _, step in sorted(steps)]
 
 
 def unworked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:

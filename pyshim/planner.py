@@ -15,7 +15,10 @@ of what it found, is one step), and a step no tool fits is done in text, which t
 Once the steps run out the model checks what is still needed; where it answers "none" with a part
 plainly missed, the missed parts become steps (``missed.missed_steps``, with ``untaken_steps`` here
 and ``chain.retry_steps``). A plan line that holds two steps (two sentences, a "then", an "and"
-before an instruction on what the first found) is split into them (``parse_steps``).
+before an instruction on what the first found) is split into them (``parse_steps``); a step that
+opens with a condition on a figure is decided by the figure found before the model sees it
+(``conditions.decide``), and the check's reply that only repeats the request or a step done is no
+step (``new_steps``).
 
 The invariant this module keeps: **its prompts share no tool, topic or phrasing with any task
 the agent is scored on** (``tests/test_agent_tasks.py`` checks the vocabularies are disjoint),

@@ -50,6 +50,11 @@ def _call(name: str, args: str) -> dict[str, Any]:
     return {"function": {"name": name, "arguments": args}}
 
 
+def _tool(name: str, properties: dict[str, Any], description: str = "") -> dict[str, Any]:
+    parameters = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
 def test_the_found_name_is_offered_and_the_request_name_a_call_took_is_not() -> None:
     found = [(_call("country_of", '{"city": "Kyoto"}'), "Japan")]
     assert choices(KYOTO, found) == ["Japan"]
@@ -196,16 +201,8 @@ def test_a_step_that_points_back_takes_a_figure_a_result_returned() -> None:
     converted = (_call("convert_units", '{"value": 31}'), "87.8 fahrenheit")
     echo = (_call("convert_units", '{"value": 5}'), "5")
     assert figures([product, weather, converted, echo]) == [399.0, 31.0, 87.8]
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "convert_units",
-            "parameters": {
-                "type": "object",
-                "properties": {"value": {"type": "number"}, "count": {"type": "integer"}, "unit": {"type": "string"}},
-            },
-        },
-    }
+    slots = {"value": {"type": "number"}, "count": {"type": "integer"}, "unit": {"type": "string"}}
+    tool = _tool("convert_units", slots)
     (out,) = narrowed([tool], [], [399.0, 87.8])  # type: ignore[misc]
     props = out["function"]["parameters"]["properties"]
     assert props["value"]["enum"] == [399.0, 87.8] and props["count"]["enum"] == [399]
@@ -265,21 +262,14 @@ def test_the_operation_a_step_asks_for_in_words_shapes_its_expression() -> None:
     assert asked_operation("What is the combined population of Lyon and Bergen?") == "+"
     for free in ("Square that number.", "Compute the total cost of 4 of them.", "Add 3, then divide by 2."):
         assert asked_operation(free) is None, free
-    calc = {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
+    calc = _tool("calculator", {"expression": {"type": "string"}}, "Evaluate an arithmetic expression.")
 
     def pattern(found: list[float], stated: list[float], operation: str | None) -> str:
         (out,) = narrowed([calc], [], found, found + stated, operation)  # type: ignore[misc]
         return str(out["function"]["parameters"]["properties"]["expression"]["pattern"])
 
     cases = [
-        ([13.0, 22.0], [], "-", ["22 - 13", "(22.0 - 13)"], ["13 + 22", "13 - 22"]),
+        ([13.0, 22.0], [], "-", ["22 - 13", "(22.0 - 13)"], ["13 + 22", "13 - 22", "((22 - 13)", "22 -   13"]),
         ([13960000.0, 2102650.0], [], "-", ["13960000 - 2102650"], ["2102650 - 13960000"]),
         ([18.0, 20.0], [], "mean", ["(20 + 18) / 2", "(18+20)/2.0"], ["((20 + 18) * 20) / 20", "20 + 18"]),
         ([0.4, 120.0], [], "*", ["120 * 0.4", "0.4*120"], ["120 * 120", "120 + 0.4"]),
@@ -300,16 +290,8 @@ def test_a_conversion_of_a_figure_found_is_offered_the_units_named_by_the_step_a
     from pyshim.chain import units_named
 
     units = ["km", "miles", "kg", "pounds", "celsius", "fahrenheit"]
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "convert_units",
-            "parameters": {
-                "type": "object",
-                "properties": {"value": {"type": "number"}, "from_unit": {"enum": units}, "to_unit": {"enum": units}},
-            },
-        },
-    }
+    slots = {"value": {"type": "number"}, "from_unit": {"enum": units}, "to_unit": {"enum": units}}
+    tool = _tool("convert_units", slots)
     said = "Convert it to Fahrenheit.\nGet the current temperature in a city, in degrees Celsius."
     (out,) = units_named([tool], said)  # type: ignore[misc]
     props = out["function"]["parameters"]["properties"]

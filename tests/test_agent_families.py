@@ -132,14 +132,15 @@ def test_an_expression_slot_is_never_offered_the_names_found() -> None:
     assert country["function"]["parameters"]["properties"]["city"]["enum"] == ["Egypt"]
 
 
-def test_a_tool_asked_for_of_a_name_that_never_ran_is_a_step() -> None:
+def test_a_tools_thing_asked_of_a_name_it_never_took_is_a_step() -> None:
     """ "The population of Cusco and the temperature in Kyoto": the model looked up Kyoto's
-    population and the check said "none"; get_weather gives the temperature, asked for *of*
-    Kyoto, and never ran. Not for "the country whose capital is Cairo" (no capital of anything is
-    asked), nor for a tool that ran, nor for the calculator."""
+    population and the check said "none"; get_population never took Cusco, and get_weather (it
+    gives the temperature) never ran for Kyoto. Not for "the country whose capital is Cairo" (no
+    capital of anything is asked), nor for the calculator."""
     kyoto = (_call("get_population", '{"city": "Kyoto"}'), "1464890")
     ask = "Two things, please: the population of Cusco and the temperature in Kyoto."
-    assert missed.unrun_steps(ask, [kyoto], SCHEMAS) == ["Call get_weather for Kyoto."]
+    steps = ["Call get_population for Cusco.", "Call get_weather for Kyoto."]
+    assert missed.unrun_steps(ask, [kyoto], SCHEMAS) == steps
     cairo = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
     egypt = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
     ask = "What currency is used in the country whose capital is Cairo?"
@@ -171,7 +172,7 @@ def test_a_condition_decided_then_an_answer_with_a_made_up_scale_keeps_what_was_
     result = Agent(model, TOOLS, plan=True, on_event=events.append).run(ask)  # type: ignore[arg-type]
     assert model.seen[3][-1]["content"].endswith("Divide it by 1000 with the calculator.")
     assert result.stopped == "answer", result.error
-    assert result.content == "Found: calculator for 1464890 / 1000: 1464.89."
+    assert result.content == "Found: get_population for Kyoto: 1464890.\nFound: calculator for 1464890 / 1000: 1464.89."
     (revised,) = [e for e in events if e["type"] == "revised"]
     assert revised["replaced"] == ["The population of Kyoto is 1464.89 million."]
 
@@ -183,3 +184,27 @@ def test_a_fixed_choice_two_tools_offer_goes_to_the_tool_that_took_its_sibling()
     banana = (_call("get_price", '{"item": "banana"}'), "0.25 EUR")
     ask = "For my shopping: how much does a banana cost, and how much does bread cost?"
     assert missed.unchosen_steps(ask, [banana], SCHEMAS) == ["Call get_price for bread."]
+
+
+def test_the_figure_a_condition_was_decided_by_is_stated() -> None:
+    """ "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit":
+    the answer gave 87.8 Fahrenheit alone; the 31 it was decided by was asked for too."""
+    ask = "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit; if not, just tell me."
+    convert = ("convert_units", '{"value": 31.0, "from_unit": "celsius", "to_unit": "fahrenheit"}')
+    model = Scripted(
+        [
+            {"content": "Check the temperature in Cairo.\n" + ask.split(". ", 1)[1]},
+            {"calls": [("get_weather", '{"city": "Cairo"}')]},
+            {"calls": [("get_weather", '{"city": "Cairo"}')]},
+            {"calls": [convert]},
+            {"calls": [convert]},
+            {"content": "none"},
+            {"content": "The temperature in Cairo is 87.8 degrees Fahrenheit."},
+        ]
+    )
+    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
+    assert result.stopped == "answer"
+    assert result.content == (
+        "The temperature in Cairo is 87.8 degrees Fahrenheit.\n"
+        "Also found: get_weather for Cairo: city Cairo, temperature_c 31."
+    )
