@@ -300,7 +300,10 @@ class _Run:
         return any(fed_back(c, self.results[self.step_found :]) for c in fresh)
 
     def known(self) -> str:
-        """What the run knows, for telling a call's arguments from invented ones."""
+        """What the run knows, for telling a call's arguments from invented ones: the request, the
+        conversation, the calls and results, and the steps done in text. Not the plan: a plan
+        line is the model's own, and one written from memory ("The capital of Japan is
+        Tokyo.") made ``get_weather(Tokyo)`` look grounded for a step no tool fits."""
         found = [f"{c['function']['arguments']} {out}" for c, out in self.results]
         said = [m["content"] for m in self.history if isinstance(m.get("content"), str)]
         return "\n".join([self.question, *found, *said, *(t for _, t in self.notes)])
@@ -502,8 +505,8 @@ class _Run:
         return "answer"
 
     def unsupported(self, content: str | None) -> list[float]:
-        """The figures an answer states that neither the request, the conversation, the plan nor
-        any call or result of the run holds."""
+        """The figures an answer states that neither the request, the conversation, any call or
+        result of the run, nor a step done in text holds."""
         return invented_numbers(content or "", [self.known()])
 
     def from_memory(self, content: str | None) -> bool:
