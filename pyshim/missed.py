@@ -9,10 +9,10 @@ here reads the request, the tools' schemas and what ran, and turns one such miss
 - ``chain.retry_steps``: a lookup that failed on the request's name, before one that returned a
   name (the chain taken in the wrong order);
 - ``unlinked_steps``: a lookup that failed on the request's name with nothing found after it,
-  and a tool the request points to that never ran: that tool first, then the failed one for what
+  and a tool the request names that never ran: that tool first, then the failed one for what
   it finds (the chain's first link skipped: "the population of the capital of Peru");
 - ``planner.untaken_steps``: a name of the request no call took, after one a call did take;
-- ``unrun_steps``: a name the request asks a tool's own thing of ("the temperature in Kyoto":
+- ``asked_of_steps``: a name the request asks a tool's own thing of ("the temperature in Kyoto":
   get_weather gives "the current temperature") that no call of that tool took;
 - ``unchosen_steps``: a word of the request that is one of a tool's fixed choices (an ``enum``
   value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took;
@@ -42,7 +42,7 @@ from .repeats import (
     relevant_tools,
 )
 
-__all__ = ["missed_steps", "unchosen_steps", "unlinked_steps", "unrun_steps", "unworked_steps"]
+__all__ = ["asked_of_steps", "missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
 
 Finding = planner.Finding  # a tool call and its output
 
@@ -58,16 +58,16 @@ def missed_steps(
     choices = set(choice_owners(schemas))
     retried = chain.retry_steps(results, schemas)
     steps = retried + ([] if retried else unlinked_steps(question, results, schemas))
-    steps += planner.untaken_steps(question, results, limit, choices) + unrun_steps(question, results, schemas)
+    steps += planner.untaken_steps(question, results, limit, choices) + asked_of_steps(question, results, schemas)
     steps += unchosen_steps(question, results, schemas) + unworked_steps(question, results, schemas)
     return list(dict.fromkeys(steps))[:limit]
 
 
 def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """Two steps for a lookup that failed on a name of the request and never succeeded, where
-    the request names a tool (a word of its name) that never ran: that tool for the name, then the failed one for
-    what it finds ("the population of the capital of Peru": get_population(Peru) failed, and
-    "capital" points to capital_of; its result is then the name the next call may take)."""
+    the request names a tool (a word of its name) that never ran: that tool for the name, then
+    the failed one for what it finds ("the population of the capital of Peru": get_population(Peru)
+    failed, and "capital" names capital_of; its result is then the name the next call may take)."""
     ran = {call["function"]["name"] for call, _ in results}
     succeeded = {call["function"]["name"] for call, out in results if not planner.failed(out)}
     names = {n.lower(): n for n in planner.NAME.findall(question.strip())}
@@ -88,7 +88,7 @@ def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[
     return []
 
 
-def unrun_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+def asked_of_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """A step for each name the request asks a tool's own thing *of* (one of the tool's words,
     then "of", "in", "for" or "at" and the name) that no call of that tool took, for tools that
     take a name: "the population of Cusco and the temperature in Kyoto" with only

@@ -140,12 +140,12 @@ def test_a_tools_thing_asked_of_a_name_it_never_took_is_a_step() -> None:
     kyoto = (_call("get_population", '{"city": "Kyoto"}'), "1464890")
     ask = "Two things, please: the population of Cusco and the temperature in Kyoto."
     steps = ["Call get_population for Cusco.", "Call get_weather for Kyoto."]
-    assert missed.unrun_steps(ask, [kyoto], SCHEMAS) == steps
+    assert missed.asked_of_steps(ask, [kyoto], SCHEMAS) == steps
     cairo = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
     egypt = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
     ask = "What currency is used in the country whose capital is Cairo?"
-    assert missed.unrun_steps(ask, [cairo, egypt], SCHEMAS) == []
-    assert missed.unrun_steps("What is 45 * 12 with the calculator for Paris?", [], SCHEMAS) == []
+    assert missed.asked_of_steps(ask, [cairo, egypt], SCHEMAS) == []
+    assert missed.asked_of_steps("What is 45 * 12 with the calculator for Paris?", [], SCHEMAS) == []
 
 
 def test_a_condition_decided_then_an_answer_with_a_made_up_scale_keeps_what_was_found() -> None:
