@@ -408,7 +408,7 @@ class _Run:
     def finders(self) -> str:
         """What the tools whose calls succeeded say of themselves (their descriptions): the unit
         of a figure they found ("in degrees Celsius")."""
-        ran = {call["function"]["name"] for call, out in self.results if not planner.failed(out)}
+        ran = self.answered_tools()
         fns = [t.get("function") or {} for t in self.schemas]
         return "\n".join(fn.get("description") or "" for fn in fns if fn.get("name") in ran)
 

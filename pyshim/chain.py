@@ -54,7 +54,7 @@ from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves, taken
-from .repeats import named_choices
+from .repeats import named_choices, slots
 
 __all__ = [
     "asked_operation",
@@ -119,8 +119,7 @@ def _free_string(prop: Any) -> bool:
 
 def name_slots(schema: Mapping[str, Any]) -> list[str]:
     """The slots of a tool that may take a name (free strings)."""
-    props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
-    return [k for k, p in props.items() if _free_string(p)]
+    return [k for k, p in slots(schema).items() if _free_string(p)]
 
 
 def _free_number(prop: Any) -> bool:
@@ -261,8 +260,7 @@ def narrowed(
         return schemas
     out = []
     for schema in schemas:
-        fn = schema.get("function") or {}
-        props = (fn.get("parameters") or {}).get("properties") or {}
+        fn, props = schema.get("function") or {}, slots(schema)
         # An expression slot never takes a name: "what is 45 * 12?" after a lookup found Egypt
         # came as calculator("Egypt").
         arithmetic = [k for k, p in props.items() if _expression_slot(k, p, fn)]
@@ -300,9 +298,8 @@ def units_named(schemas: list[dict[str, Any]] | None, text: str) -> list[dict[st
         return schemas
     out = []
     for schema in schemas:
-        props = ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
         fit = {}
-        for k, p in props.items():
+        for k, p in slots(schema).items():
             values = p.get("enum") if isinstance(p, dict) else None
             if values and all(isinstance(v, str) for v in values):
                 said = set(named_choices(text, {v.lower(): v for v in values}))

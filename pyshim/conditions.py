@@ -36,11 +36,12 @@ class Decision(NamedTuple):
 
 _LESS = r"under|below|less than|fewer than|lower than|smaller than|colder than|cheaper than|short of"
 _MORE = r"over|above|more than|greater than|higher than|larger than|bigger than|warmer than|exceeds?|beyond"
+# Each comparison's group in ``_CONDITION`` -> how the figure must stand to the number.
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "atmost": operator.le,
+    "atleast": operator.ge,
     "less": operator.lt,
     "more": operator.gt,
-    "at most": operator.le,
-    "at least": operator.ge,
 }
 _WORDS = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -70,8 +71,7 @@ def _number(match: re.Match[str]) -> float:
 
 
 def _holds(match: re.Match[str], figure: float) -> bool:
-    kind = next(k for k in ("atmost", "atleast", "less", "more") if match.group(k))
-    compare = _COMPARE[{"atmost": "at most", "atleast": "at least"}.get(kind, kind)]
+    compare = next(how for group, how in _COMPARE.items() if match.group(group))
     return compare(figure, _number(match))
 
 

@@ -32,7 +32,7 @@ __all__ = [
     "nudge_text",
     "relevant_tools",
     "repeats_only",
-    "stems",
+    "slots",
     "told_text",
 ]
 
@@ -198,7 +198,7 @@ _STOP = frozenset(
 )
 
 
-def stems(text: str) -> set[str]:
+def _stems(text: str) -> set[str]:
     """The words of a text that carry its topic, cut to five letters ("divided" and "divide")."""
     words = re.findall(r"[a-z]+", text.replace("_", " ").lower())
     return {w[:5] for w in words if len(w) >= 4 and w not in _STOP}
@@ -227,6 +227,11 @@ def does_arithmetic(schema: Mapping[str, Any]) -> bool:
     return bool(_ARITHMETIC_TOOL.search(f"{fn.get('name', '')} {fn.get('description', '')}".replace("_", " ")))
 
 
+def slots(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool schema's parameters by name (its JSON schema's ``properties``; empty if none)."""
+    return ((schema.get("function") or {}).get("parameters") or {}).get("properties") or {}
+
+
 def choice_owners(schemas: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
     """Each fixed choice a tool offers (an enum slot's string value, lowercased) -> the tool of
     each slot that offers it, once per slot (a unit both ``from_unit`` and ``to_unit`` offer is
@@ -234,8 +239,7 @@ def choice_owners(schemas: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
     owners: dict[str, list[str]] = {}
     for schema in schemas:
         fn = schema.get("function") or {}
-        props = (fn.get("parameters") or {}).get("properties") or {}
-        for prop in props.values():
+        for prop in slots(schema).values():
             values = prop.get("enum") or () if isinstance(prop, Mapping) else ()
             for value in values:
                 if isinstance(value, str) and value:
@@ -257,9 +261,9 @@ def named_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str
     """The tools a word of whose *name* the question uses ("the capital of Peru": ``capital_of``),
     a narrower reason than ``relevant_tools``' (a word of the description will do there: "Which
     country is Springfield in?" shares "country" with capital_of's "capital city of a country")."""
-    asked = stems(question)
+    asked = _stems(question)
     names = [str((s.get("function") or {}).get("name", "")) for s in schemas]
-    return [name for name in names if stems(name) & asked]
+    return [name for name in names if _stems(name) & asked]
 
 
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -268,13 +272,13 @@ def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[
     the question names a fixed choice only that tool offers ("in Fahrenheit": a unit), or the
     question asks for arithmetic and the tool does arithmetic. A nudge names and offers only
     these, never a tool the run has no use for."""
-    asked, arithmetic = stems(question), asks_arithmetic(question)
+    asked, arithmetic = _stems(question), asks_arithmetic(question)
     owners = choice_owners(schemas)
     chosen = {tools[0] for c in named_choices(question, owners) if len(set(tools := owners[c])) == 1}
     out = []
     for schema in schemas:
         fn = schema.get("function") or {}
-        described = stems(f"{fn.get('name', '')} {fn.get('description', '')}")
+        described = _stems(f"{fn.get('name', '')} {fn.get('description', '')}")
         if described & asked or str(fn.get("name")) in chosen or (arithmetic and does_arithmetic(schema)):
             out.append(str(fn.get("name")))
     return out

@@ -34,6 +34,13 @@ def _call(name: str, args: str) -> dict[str, Any]:
     return {"function": {"name": name, "arguments": args}}
 
 
+def _two_steps(plan: str, first: tuple[str, str], second: tuple[str, str], answer: str) -> Scripted:
+    """The model's turns on a two-step plan: each step one call, ended by its repeat; the check's
+    "none"; the answer."""
+    calls = [{"calls": [first]}, {"calls": [first]}, {"calls": [second]}, {"calls": [second]}]
+    return Scripted([{"content": plan}, *calls, {"content": "none"}, {"content": answer}])
+
+
 def test_a_condition_on_a_figure_is_decided_by_the_figure() -> None:
     decide = conditions.decide
     cairo = "If it is under 10 degrees, also tell me the weather in Cairo; otherwise tell me the weather in Oslo."
@@ -64,16 +71,11 @@ def test_the_branch_a_condition_rules_out_is_neither_a_step_nor_a_check_step() -
         "What is the temperature in Bergen? If it is under 10 degrees, also tell me the temperature in "
         "Cairo; otherwise tell me the temperature in Oslo."
     )
-    model = Scripted(
-        [
-            {"content": "What is the temperature in Bergen?\n" + ask.split("? ", 1)[1]},
-            {"calls": [("get_weather", '{"city": "Bergen"}')]},
-            {"calls": [("get_weather", '{"city": "Bergen"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"content": "none"},
-            {"content": "Bergen is at 9 degrees, so Cairo: 31 degrees."},
-        ]
+    model = _two_steps(
+        "What is the temperature in Bergen?\n" + ask.split("? ", 1)[1],
+        ("get_weather", '{"city": "Bergen"}'),
+        ("get_weather", '{"city": "Cairo"}'),
+        "Bergen is at 9 degrees, so Cairo: 31 degrees.",
     )
     result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
     assert [c["function"]["arguments"] for c in result.tool_calls] == ['{"city": "Bergen"}', '{"city": "Cairo"}']
@@ -157,16 +159,11 @@ def test_a_condition_decided_then_an_answer_with_a_made_up_scale_keeps_what_was_
         "Look up the population of Kyoto. If it is over one million, divide it by 1000 with the "
         "calculator; otherwise just tell me."
     )
-    model = Scripted(
-        [
-            {"content": "Look up the population of Kyoto.\n" + ask.split(". ", 1)[1]},
-            {"calls": [("get_population", '{"city": "Kyoto"}')]},
-            {"calls": [("get_population", '{"city": "Kyoto"}')]},
-            {"calls": [("calculator", '{"expression": "1464890 / 1000"}')]},
-            {"calls": [("calculator", '{"expression": "1464890 / 1000"}')]},
-            {"content": "none"},
-            {"content": "The population of Kyoto is 1464.89 million."},
-        ]
+    model = _two_steps(
+        "Look up the population of Kyoto.\n" + ask.split(". ", 1)[1],
+        ("get_population", '{"city": "Kyoto"}'),
+        ("calculator", '{"expression": "1464890 / 1000"}'),
+        "The population of Kyoto is 1464.89 million.",
     )
     events: list[dict[str, Any]] = []
     result = Agent(model, TOOLS, plan=True, on_event=events.append).run(ask)  # type: ignore[arg-type]
@@ -191,16 +188,11 @@ def test_the_figure_a_condition_was_decided_by_is_stated() -> None:
     the answer gave 87.8 Fahrenheit alone; the 31 it was decided by was asked for too."""
     ask = "Check the temperature in Cairo. If it is above 25 degrees, convert it to Fahrenheit; if not, just tell me."
     convert = ("convert_units", '{"value": 31.0, "from_unit": "celsius", "to_unit": "fahrenheit"}')
-    model = Scripted(
-        [
-            {"content": "Check the temperature in Cairo.\n" + ask.split(". ", 1)[1]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [("get_weather", '{"city": "Cairo"}')]},
-            {"calls": [convert]},
-            {"calls": [convert]},
-            {"content": "none"},
-            {"content": "The temperature in Cairo is 87.8 degrees Fahrenheit."},
-        ]
+    model = _two_steps(
+        "Check the temperature in Cairo.\n" + ask.split(". ", 1)[1],
+        ("get_weather", '{"city": "Cairo"}'),
+        convert,
+        "The temperature in Cairo is 87.8 degrees Fahrenheit.",
     )
     result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
     assert result.stopped == "answer"
