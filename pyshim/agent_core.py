@@ -30,6 +30,7 @@ from .answers import (
     unfounded,
     verdict,
     with_findings,
+    without_copied_facts,
     without_invented,
 )
 from .errors import AgentError, ContextFull, InvalidRequest, ShimError
@@ -37,6 +38,7 @@ from .repeats import (
     LOOK_UP,
     call_key,
     choice_owners,
+    does_arithmetic,
     fed_back,
     named_choices,
     nudge_text,
@@ -200,20 +202,25 @@ class _Run:
         # The question as asked (a one-step plan) is the plain loop's turn: a call with figures
         # from nowhere is answered with why it did not run (``AgentCore.start_tool``), not dropped.
         whole = self.steps[0] is None
-        fresh = [c for c in calls if call_key(c) not in self.done and (whole or planner.grounded(c, known))]
-        for c in calls:
-            if call_key(c) not in self.done and not whole and not planner.grounded(c, known):
-                why = "not run: its arguments come from neither the request nor a result"
-                self.failures.append(ToolFailure(c["id"], c["function"]["name"], c["function"]["arguments"], why, True))
+        fresh = [c for c in calls if call_key(c) not in self.done and self.founded(c, known)]
         if calls and not fresh and not any(call_key(c) in self.done for c in calls):
             self.pending = []  # only calls with values from nowhere: none is run
-            if self.step_turns == 0 and self.steps[0] is not None:
+            if self.step_turns == 0 and not self.in_text:
                 # The step again: with that tool barred where the step names something no call
                 # took (a lookup is wanted: "Tell me how much warmer Lima is" got calculator("2 +
-                # 3 * 4")), else tools off (a step no tool fits: "Name a fruit").
-                if not (self.untaken_names() and self.bar({c["function"]["name"] for c in calls})):
+                # 3 * 4")), or, for the question as asked, where it points to another tool; else
+                # tools off (a step no tool fits: "Name a fruit").
+                tools = {c["function"]["name"] for c in calls}
+                pointed = set(relevant_tools(self.question, self.schemas)) - tools
+                wanted = bool(pointed) if whole else bool(self.untaken_names())
+                if wanted and self.bar(tools, as_asked=True):
+                    return "retry"
+                if not whole:
                     self.in_text = True
-                return "retry"
+                    return "retry"
+            # The question as asked, with nothing to look up: the answer turn (tools off, the
+            # request alone) writes text; told to answer with tools off in this transcript, a
+            # 0.5B model wrote a call's JSON.
             return "next"
         if self.off_step(calls, fresh):
             self.pending = []
@@ -255,6 +262,68 @@ class _Run:
             self.notes.append((self.steps[0], plain_text((result.get("content") or "").strip())))
         return "next"
 
+    def founded(self, call: dict[str, Any], known: str) -> bool:
+        """May a step's call run? Not where its values come from nowhere, nor where it wanders
+        (then it is listed as refused, with why): a planned step's call must take one from the
+        run; the question as asked (a one-step plan) must not write a name the run never saw
+        (``chain.names_from_nowhere``), nor guess with small numbers at what a lookup it skipped
+        would find (``planner.figures_from_nowhere``); its other figures from nowhere are answered
+        with why they did not run (``AgentCore.start_tool``), where the model can look them up.
+        A guess, or a wander, is no lookup the request needed (``unasked``): its refusal does not
+        make the run one whose tools failed."""
+        if call_key(call) in self.done:
+            return False
+        fn, whole = call["function"], self.steps[0] is None
+        nowhere = " appear in neither the request nor any tool result"
+        why, unasked = "", True
+        if not whole and not planner.grounded(call, known):
+            why, unasked = "its arguments come from neither the request nor a result", False
+        elif whole and (names := self.made_up_names(call)):
+            why = ", ".join(names) + nowhere
+        elif whole and (figures := planner.figures_from_nowhere(call, known)) and self.unlooked():
+            why = ", ".join(f"{n:g}" for n in figures) + nowhere
+        elif wandered := self.wanders(call):
+            why = f"nothing was found for {wandered}, and the request gives no reason to call {fn['name']}"
+        if why and unasked:
+            self.unasked.add(call["id"])
+        if why:
+            self.failures.append(ToolFailure(call["id"], fn["name"], fn["arguments"], f"not run: {why}", True))
+        return not why
+
+    def unlooked(self) -> bool:
+        """Is there a lookup the request points to (a tool that does no arithmetic) that has not
+        answered yet? Then arithmetic on small numbers from nowhere is a guess at what it finds."""
+        answered = self.answered_tools()
+        return any(
+            name in relevant_tools(self.question, self.schemas) and name not in answered and not does_arithmetic(s)
+            for s in self.schemas
+            if (name := str((s.get("function") or {}).get("name")))
+        )
+
+    def wanders(self, call: dict[str, Any]) -> str:
+        """The name a call takes that another tool's lookup failed on, where neither the request nor
+        the step points to this tool ("" if none): after currency_of(Atlantis) failed, a 0.5B model
+        called country_of(Atlantis), which nothing asked for."""
+        fn = call["function"]
+        step = self.steps[0] if self.steps else None
+        if fn["name"] in relevant_tools(f"{self.question}\n{step or ''}", self.schemas):
+            return ""
+        failed_on = {
+            str(v).strip().lower(): str(v).strip()
+            for c, out in self.results
+            if planner.failed(out) and c["function"]["name"] != fn["name"]
+            for v in planner.argument_leaves(c)
+            if isinstance(v, str)
+        }
+        return next(
+            (failed_on[k] for v in planner.argument_leaves(call) if (k := str(v).strip().lower()) in failed_on), ""
+        )
+
+    def made_up_names(self, call: dict[str, Any]) -> list[str]:
+        """The names a call writes that the run never saw (its instructions, the request, the
+        conversation, what was found)."""
+        return chain.names_from_nowhere(call, f"{self.system or ''}\n{self.known()}", self.schemas)
+
     def off_step(self, calls: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> bool:
         """A planned step's first turn that does not serve the step, asked again once with its
         tools out of the step's grammar (``barred``): it only repeats calls that ran, which take
@@ -281,10 +350,13 @@ class _Run:
         took = set().union(*planner.taken(self.results).values())
         return [n for n in _step_names(step or "", self.question) if n.lower() not in took]
 
-    def bar(self, tools: set[str]) -> bool:
-        """Bar ``tools`` from the current planned step's first turn, taken once more; False where
-        that cannot be (not a planned step's first turn, barred once already, no tool left)."""
-        if not tools or self.steps[0] is None or self.step_turns or self.barred or not set(self.tools) - tools:
+    def bar(self, tools: set[str], as_asked: bool = False) -> bool:
+        """Bar ``tools`` from the current planned step's first turn (with ``as_asked``, the
+        question's as asked too), taken once more; False where that cannot be (not such a turn,
+        barred once already, no tool left)."""
+        if not tools or self.step_turns or self.barred or not set(self.tools) - tools:
+            return False
+        if self.steps[0] is None and not as_asked:
             return False
         self.barred = tools
         return True
@@ -295,7 +367,11 @@ class _Run:
         divided by 2"), where the step asks for no chain of its own (``_CHAINED``)? A small model
         runs on so under a required tool choice: the step is done."""
         step = self.steps[0]
-        if step is None or not self.step_turns or _CHAINED.search(step):
+        if step is None or not self.step_turns:
+            return False
+        if planner.own_words(step) != step:  # the arithmetic a check added is one calculation
+            return len(self.results) > self.step_found
+        if _CHAINED.search(step):
             return False
         return any(fed_back(c, self.results[self.step_found :]) for c in fresh)
 
@@ -378,14 +454,18 @@ class _Run:
     def step_tools(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         """The tools a planned step's first turn may call: those its words point to, where any
         do ("Convert 50 lb to kg": ``convert_units``, not the calculator a 0.5B model picked), less
-        those ``off_step`` barred; every tool otherwise. The prompt still shows them all (the
+        those ``off_step`` barred; every tool otherwise. The question as asked (a one-step plan)
+        is held so only on the turn after its call was barred ("What do 3 melons cost?": the
+        calculator's guess barred, the tools "cost" points to). The prompt still shows them all (the
         narrowing is the grammar's, as in chain.py: a prompt that changes per step loses the
         cached prefix and moves the model's choice)."""
         step = self.steps[0] if self.phase == "act" and self.steps else None
-        if not tools or step is None or self.step_turns or self.in_text:
+        if not tools or self.phase != "act" or self.step_turns or self.in_text:
             return tools
         open_ = [t for t in tools if t["function"]["name"] not in self.barred] or tools
-        pointed = set(relevant_tools(step, open_))
+        if step is None and not self.barred:  # the question as asked: every tool
+            return tools
+        pointed = set(relevant_tools(step or self.question, open_))
         return [t for t in open_ if t["function"]["name"] in pointed] or open_
 
     def chains(self) -> bool:
@@ -538,16 +618,18 @@ class _Run:
 
     def conclude(self, result: Result) -> AgentResult:
         """The run's result from its last turn, which was to be the answer."""
-        kind = _kind(result, self.question, self.tools)
+        content, copied = without_copied_facts(result.get("content") or "", self.tools)
+        kind = _kind({**result, "content": content} if copied else result, self.question, self.tools)
+        if copied and kind in ("empty", "echo") and self.succeeded():
+            content, kind = "", "answer"  # only the findings, copied: they are stated below
         if kind in ("empty", "echo"):
             return self.result("no_answer", NO_ANSWER[kind])
         if kind == "call_as_text":
             return self.result("call_as_text")
         if self.needed_failures() and not self.succeeded():
             return self.result("tools_failed")
-        content, self.revised = unfounded(
-            result.get("content") or "", failed_subjects(self.question, self.results, self.refused)
-        )
+        content, replaced = unfounded(content, failed_subjects(self.question, self.results, self.refused))
+        self.revised = [*copied, *replaced]
         found = findings(self.results, self.decided_on)
         said, content = content, with_findings(content, found)
         if made_up := self.unsupported(content):
@@ -713,6 +795,12 @@ class AgentCore:
             return f"error: the arguments are not valid JSON ({e.msg}); send a JSON object"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object"
+        if self.state.acts_as_asked() and (names := self.state.made_up_names(call)):
+            self.state.refused.add(call["id"])  # plan mode drops such a call in ``_Run.act``
+            return (
+                f"error: not run: {', '.join(names)} appear in neither my question nor any tool result. "
+                "Call a tool only for what the question names or a result gave."
+            )
         if self.state.acts_as_asked() and (made_up := _made_up(args, self.state.known())):
             # Plan mode drops such a call before it is announced (``_Run.act``); the plain loop
             # answers it, so the model sees why and can look the figures up.
@@ -756,14 +844,17 @@ class AgentCore:
         tools, options = state.turn_tools(self.spec.schemas), state.options(self.spec.options)
         grammar = state.step_tools(tools)  # the tools a step's words point to, less those barred
         if state.chains():  # a name a lookup found, not one from nowhere (chain.py)
-            figures = chain.figures(state.results) if state.points_back() else []
-            # An expression on what was found: the figures found and the ones the step states.
+            # An expression on what was found: the figures found and the ones the step states,
+            # less those a call already took.
             step = state.steps[0] or ""
-            terms = figures + chain.stated(step) if figures else []
+            figures, stated = chain.fresh_figures(state.results, step) if state.points_back() else ([], [])
+            terms = figures + stated if figures else []
             # Combined as the step asks, or the request where the step's words do not say.
             operation = chain.asked_operation(step) or chain.asked_operation(state.question)
             names = chain.choices(state.wanted(), state.results)
-            grammar = chain.narrowed(grammar, names, figures, terms, operation)
+            # So many of a thing whose figure was found: their product ("3 melons": 3 * 2.8).
+            products = chain.counted(state.question, state.results) if operation in (None, "+", "*") else []
+            grammar = chain.narrowed(grammar, names, figures, terms, operation, products)
             if figures:  # the units of what was found: the step's and those its finders state
                 grammar = chain.units_named(grammar, f"{step}\n{state.finders()}")
         if grammar != tools:

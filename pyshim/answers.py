@@ -36,6 +36,7 @@ __all__ = [
     "unfounded",
     "verdict",
     "with_findings",
+    "without_copied_facts",
     "without_invented",
 ]
 
@@ -263,6 +264,27 @@ def without_invented(content: str, known: Iterable[str]) -> tuple[str, list[str]
             dropped.append(parts[i])
             parts[i] = ""
     return ("".join(parts).strip() if dropped else content), dropped
+
+
+# The answer turn's own prompt: its heading lines ("Request: ...", "Findings:").
+_HEADING = re.compile(r"^\s*(?:request|findings)\s*:.*$|\s*\bfindings\s*:\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def without_copied_facts(content: str, tools: Collection[str]) -> tuple[str, list[str]]:
+    """The text less the lines that copy the findings block the answer turn was shown, and those
+    lines: a 0.5B model answered "Can you recommend a dish? Findings:\n1. country_of(city=
+    "Paris") returned: France", and "1. get_stock(item="apple") returned: 120" line by line. The
+    findings are the library's to state (``with_findings``); the prompt's own lines are no answer."""
+    if not tools:
+        return content, []
+    names = "|".join(re.escape(t) for t in sorted(tools, key=len, reverse=True))
+    copy = re.compile(rf"^\s*(?:\d+[.)]\s*)?(?:{names})\s*\(.*\)\s*(?:returned\b|failed\b).*$", re.IGNORECASE)
+    lines = content.splitlines()
+    copied = [line for line in lines if copy.match(line)]
+    if not copied:
+        return content, []
+    kept = "\n".join(line for line in lines if not copy.match(line))
+    return _HEADING.sub("", kept).strip(), copied
 
 
 @dataclass(frozen=True)

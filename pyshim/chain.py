@@ -31,7 +31,11 @@ on the figures results returned and the ones the step states, in digits or words
 Where the step (or else the request) names one operation in words (``asked_operation``: "how much
 warmer", "average", "times", "half of"), the pattern lists only the expressions of that operation
 with each figure at most once: a difference the larger first, a mean over the count of figures
-found. Its fixed choices (enum slots: units) are offered only the values the step and the tools
+found. Where the step states figures of its own, the expression must take at least one figure
+found ("12 * 12" for "a dozen apples" after the price was found is not arithmetic on it), and a
+figure a call already took is not offered again (``fresh_figures``: "26.2 miles to km, then divide
+that by 4" divides the 42.1648 found, not the 26.2 a round trip back returned).
+Its fixed choices (enum slots: units) are offered only the values the step and the tools
 that found its figures name, where they name two or more (``units_named``: "convert it to
 Fahrenheit" after a lookup "in degrees Celsius"). An expression slot never takes a name.
 
@@ -39,6 +43,10 @@ The same reading of results serves plan mode once its steps ran out (``retry_ste
 that failed on the request's name, before one that returned a name of the kind its slot takes
 (``gives``: what a tool returns, by its name and description), is the chain taken in the wrong
 order, and gets one more step with the found name.
+
+The question as asked (a one-step plan) has no found values to narrow to; there a call's proper
+name in a name slot must be one the run saw (``names_from_nowhere``: the example of a tool's own
+description, "Paris", is no lookup asked for).
 
 The invariant: this module only ever narrows a tool's schema, never widens it, and does no I/O
 (``agent_core`` asks it for the next turn's ``grammar_tools`` and the check's missed steps).
@@ -53,16 +61,20 @@ from collections.abc import Mapping, Sequence
 from itertools import permutations
 from typing import Any
 
-from .planner import NAME, RETRY_STEP, argument_leaves, failed, leaves, taken
+from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, taken
 from .repeats import named_choices, slots
 
 __all__ = [
+    "COUNTS",
     "asked_operation",
     "choices",
+    "counted",
     "figures",
+    "fresh_figures",
     "gives",
     "grammar_tools",
     "name_slots",
+    "names_from_nowhere",
     "narrowed",
     "retry_steps",
     "stated",
@@ -122,6 +134,34 @@ def name_slots(schema: Mapping[str, Any]) -> list[str]:
     return [k for k, p in slots(schema).items() if _free_string(p)]
 
 
+# A value written as a proper name: capitalised words ("Paris", "New York", "Saint-Malo").
+_PROPER = re.compile(r"[A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*)*")
+
+
+def names_from_nowhere(call: Mapping[str, Any], known: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The proper names a call writes in its name slots that share no word with what the run
+    knows (the request, the conversation, what was found): a 0.5B model asked "Can you recommend
+    a dish to make with bread?" called ``country_of(city="Paris")``, the example of the tool's
+    own description. Text in the model's own words (a query: "opening hours museum") is not a
+    proper name and is not judged here."""
+    fn = call.get("function") or {}
+    schema = next((s for s in schemas if (s.get("function") or {}).get("name") == fn.get("name")), None)
+    try:
+        args = json.loads(fn.get("arguments") or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return []
+    if schema is None or not isinstance(args, dict):
+        return []
+    vocabulary = set(re.findall(r"\w{2,}", known.casefold()))
+    out = []
+    for slot in name_slots(schema):
+        value = args.get(slot)
+        words = set(re.findall(r"\w{2,}", str(value).casefold()))
+        if isinstance(value, str) and _PROPER.fullmatch(value.strip()) and not words & vocabulary:
+            out.append(value.strip())
+    return out
+
+
 def _free_number(prop: Any) -> bool:
     return (
         isinstance(prop, dict)
@@ -154,12 +194,32 @@ def figures(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[float]:
     return out
 
 
-# Numbers a step states in words, which an expression working on it writes as figures.
-_WORD_FIGURES = {
-    "half": 2, "halve": 2, "double": 2, "twice": 2, "triple": 3, "thrice": 3, "third": 3, "quarter": 4,
-    "dozen": 12, "percent": 100, "hundred": 100, "thousand": 1000, "one": 1, "two": 2, "three": 3,
-    "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-}  # fmt: skip
+def passed_on(results: Sequence[tuple[Mapping[str, Any], str]]) -> list[float]:
+    """The figures successful calls took as arguments (a value, or the numbers of an expression)."""
+    out: list[float] = []
+    for call, output in results:
+        if not failed(output):
+            out += [float(f) for a in _arguments(call) if not isinstance(a, bool) for f in _FIGURE.findall(a)]
+    return out
+
+
+def fresh_figures(results: Sequence[tuple[Mapping[str, Any], str]], step: str) -> tuple[list[float], list[float]]:
+    """The figures a step pointing back may work on: those results returned, less any an earlier
+    call took (a round trip), and those the step states, less any a call took ("Convert 26.2
+    miles to km and then divide that by 4": 26.2 went into the conversion, so "that" is its
+    42.1648; a 0.5B model converted 42.1648 back, got 26.2 as a result, and divided that)."""
+
+    def among(value: float, values: Sequence[float]) -> bool:
+        return any(abs(value - u) <= 1e-9 * max(1.0, abs(u)) for u in values)
+
+    fresh: list[float] = []
+    for i in range(len(results)):
+        earlier = passed_on(results[:i])
+        fresh += [f for f in figures(results[i : i + 1]) if not among(f, earlier) and f not in fresh]
+    used = passed_on(results)
+    return fresh, [f for f in stated(step) if not among(f, used)]
+
+
 # A string slot that holds arithmetic: the calculator's "expression".
 _EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re.IGNORECASE)
 
@@ -167,7 +227,7 @@ _EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re
 def stated(text: str) -> list[float]:
     """The figures a text states, in digits or in words ("half of that number": 2)."""
     out = [float(f) for f in _FIGURE.findall(text)]
-    out += [float(_WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in _WORD_FIGURES]
+    out += [float(WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in WORD_FIGURES]
     return list(dict.fromkeys(out))
 
 
@@ -189,7 +249,7 @@ _OPERATIONS = {
     ),
     "+": re.compile(r"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b", re.IGNORECASE),
     "*": re.compile(r"\b(?:times|multipl\w*|product)\b", re.IGNORECASE),
-    "/": re.compile(r"\b(?:divid\w*|ratio|half|halve|quotient)\b", re.IGNORECASE),
+    "/": re.compile(r"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b", re.I),
     "mean": re.compile(r"\b(?:average|mean)\b", re.IGNORECASE),
 }
 # Words of arithmetic that use a figure more than once, or an operator the words above do not name.
@@ -236,13 +296,55 @@ def _arithmetic(figures: Sequence[float], operation: str | None = None, found: S
     if operation and len(terms) <= _SPELLED_OUT and (alts := _spelled(terms, operation, list(dict.fromkeys(found)))):
         return r"^\(?(?:" + "|".join(alts) + r")\)?$"  # one pair of brackets round it, or none
     ops = {None: _ANY_OPERATOR, "mean": r"[+/]"}.get(operation, re.escape(operation or ""))
-    term = r" ?\(* ?-?(?:" + "|".join(dict.fromkeys(_written(abs(f)) for f in terms)) + r") ?\)* ?"
-    return rf"^{term}(?:(?:{ops}){term})*$"
+    term = _any_term(terms)
+    if not found or not set(terms) - set(found):
+        return rf"^{term}(?:(?:{ops}){term})*$"
+    # At least one figure found, after at most one other: "(5 + 2) * 2" for "5 pears and 2
+    # melons" after both prices were found works on nothing found, "12 * 12" for "a dozen apples"
+    # neither; allowed any number first, the model wrote "12 * " to the token limit. The terms
+    # after it are bounded too, by how many there are to take.
+    after = rf"(?:(?:{ops}){term}){{0,{len(terms)}}}"
+    return rf"^(?:{term}(?:{ops}))?{_any_term(found)}{after}$"
+
+
+def _any_term(figures: Sequence[float]) -> str:
+    """One of the figures as a term: its brackets and spaces either side, any sign."""
+    return r" ?\(* ?-?(?:" + "|".join(dict.fromkeys(_written(abs(f)) for f in figures)) + r") ?\)* ?"
 
 
 def _expression_slot(name: str, prop: Any, tool: Mapping[str, Any]) -> bool:
     text = f"{name} {prop.get('description', '')} {tool.get('description', '')}" if isinstance(prop, dict) else ""
     return _free_string(prop) and bool(_EXPRESSION.search(text.replace("_", " ")))
+
+
+# A count of two or more of a thing ("one coffee" is what one costs: the lookup itself).
+COUNTS = r"(?!1\b)\d+(?:\.\d+)?|two|three|four|five|six|seven|eight|nine|ten|dozen"
+
+
+def counted(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, float]]:
+    """Each count the request gives of a thing a lookup took, with the one figure that lookup
+    returned ("If I buy 5 pears and 2 melons": (5, 0.55) and (2, 2.8) once both prices were found):
+    what so many of it come to is their product."""
+    out = []
+    for call, output in results:
+        things = [a for a in argument_leaves(call) if isinstance(a, str) and not _DIGIT.search(a)]
+        found = figures([(call, output)])
+        if len(things) != 1 or len(found) != 1:
+            continue
+        thing = re.escape(things[0].strip())
+        if m := re.search(rf"\b({COUNTS})\s+{thing}(?:e?s)?\b", question, re.IGNORECASE):
+            word = m.group(1).lower()
+            out.append((float(word) if word[0].isdigit() else float(WORD_FIGURES[word]), found[0]))
+    return list(dict.fromkeys(out))
+
+
+def _products(pairs: Sequence[tuple[float, float]]) -> str:
+    """A pattern for the sum of the products, in any order: "5 * 0.55 + 2 * 2.8"."""
+    alts = []
+    for seq in permutations(pairs):
+        sums = [[f"{_term(a)}\\*{_term(b)}" for a, b in ((n, f), (f, n))] for n, f in seq]
+        alts += [r"\+".join(rf" ?\(?(?:{'|'.join(p)})\)? ?" for p in sums)]
+    return r"^(?:" + "|".join(alts) + r")$"
 
 
 def narrowed(
@@ -251,11 +353,12 @@ def narrowed(
     numbers: Sequence[float] = (),
     terms: Sequence[float] = (),
     operation: str | None = None,
+    products: Sequence[tuple[float, float]] = (),
 ) -> list[dict[str, Any]] | None:
     """The tools with each free string slot limited to ``names``, each free number slot to
     ``numbers`` (an integer slot to the whole ones), and each expression slot to arithmetic on
-    ``terms`` only (combined by ``operation``, where one was asked), where there are any;
-    unchanged otherwise."""
+    ``terms`` only (combined by ``operation``, where one was asked; the sum of ``products``, where
+    the request counted things whose figures were found), where there are any; unchanged otherwise."""
     if not schemas or not (names or numbers or terms):
         return schemas
     out = []
@@ -267,7 +370,7 @@ def narrowed(
         choices: dict[str, Any] = {
             k: list(names) for k, p in props.items() if names and _free_string(p) and k not in arithmetic
         }
-        pattern = _arithmetic(terms, operation, numbers) if terms else ""
+        pattern = _products(products) if products else _arithmetic(terms, operation, numbers) if terms else ""
         patterns = dict.fromkeys(arithmetic, pattern) if pattern else {}
         for k, p in props.items():
             if not _free_number(p):

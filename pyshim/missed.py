@@ -15,14 +15,19 @@ here reads the request, the tools' schemas and what ran, and turns one such miss
 - ``asked_of_steps``: a name the request asks a tool's own thing of ("the temperature in Kyoto":
   get_weather gives "the current temperature") that no call of that tool took;
 - ``unchosen_steps``: a word of the request that is one of a tool's fixed choices (an ``enum``
-  value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took;
-- ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half"), a tool that
-  does arithmetic, figures found, and no arithmetic run at all.
+  value: "Fahrenheit" of a unit slot, "apples" of an item slot) that no call of that tool took,
+  unless the request pairs the choice with another tool in so many words ("the stock of apples,
+  the price of coffee" asks no price of apples);
+- ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half", "in
+  thousands", or a count of things: "a dozen apples"), a tool that does arithmetic, figures found
+  or a step above to find them, and no arithmetic run on what the run knew ("(5 + 2) * 4" before
+  any price was found is a guess, not the sum asked).
 
 The invariant: a rule adds a step only from what the request says and what ran, never from a
 task's wording, and its step texts share no word with any task the agent is scored on
 (they live in ``planner`` with its other prompts, for the vocabulary check). A request with a
-condition gets no choice or arithmetic step: it may rightly leave one unused. No I/O:
+condition (not the asker's own supposing: "If I buy 5 pears" is none) gets no choice or
+arithmetic step: it may rightly leave one unused. No I/O:
 ``agent_core`` asks.
 """
 
@@ -48,7 +53,8 @@ Finding = planner.Finding  # a tool call and its output
 
 # A request with a condition may rightly leave a choice unused or a sum undone ("if it is above
 # 25 degrees, convert it; if not, just tell me"): no step is added to it.
-_CONDITION = re.compile(r"\b(?:if|unless|otherwise|whether)\b", re.IGNORECASE)
+# "If I buy 5 pears, what do I pay?" is no branch: the asker's own "if" supposes, it decides nothing.
+_CONDITION = re.compile(r"\b(?:if(?!\s+(?:i|we|you)\b)|unless|otherwise|whether)\b", re.IGNORECASE)
 
 
 def missed_steps(
@@ -59,7 +65,8 @@ def missed_steps(
     retried = chain.retry_steps(results, schemas)
     steps = retried + ([] if retried else unlinked_steps(question, results, schemas))
     steps += planner.untaken_steps(question, results, limit, choices) + asked_of_steps(question, results, schemas)
-    steps += unchosen_steps(question, results, schemas) + unworked_steps(question, results, schemas)
+    steps += unchosen_steps(question, results, schemas)
+    steps += unworked_steps(question, results, schemas, looking_up=bool(steps))
     return list(dict.fromkeys(steps))[:limit]
 
 
@@ -111,19 +118,36 @@ def asked_of_steps(question: str, results: Sequence[Finding], schemas: Sequence[
     return [step for _, step in sorted(steps)]
 
 
-def unworked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
+def unworked_steps(
+    question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]], looking_up: bool = False
+) -> list[str]:
     """One step for arithmetic the request asks for and nothing did: a tool that does arithmetic
     exists, some result returned a figure, and no such tool ran successfully ("How much bigger is
     the population of Tokyo than that of Paris?" after both lookups). Arithmetic that ran, even
     before a later lookup, counts as done ("Compute 19 * 21, then convert that many km")."""
     tools = [str((s.get("function") or {}).get("name")) for s in schemas if does_arithmetic(s)]
-    if not tools or not asks_arithmetic(question) or _CONDITION.search(question):
+    asked = asks_arithmetic(question) or _counted(question, schemas)
+    if not tools or not asked or _CONDITION.search(question):
         return []
-    if not chain.figures(results):
+    if not chain.figures(results) and not looking_up:  # nothing found, and no step to find it
         return []
-    if any(call["function"]["name"] in tools and not planner.failed(out) for call, out in results):
-        return []
+    for i, (call, out) in enumerate(results):
+        # Arithmetic on figures from nowhere ("(5 + 2) * 4" before any price was found) is not it.
+        known = "\n".join([question, *(o for _, o in results[:i])])
+        arithmetic = call["function"]["name"] in tools and not planner.failed(out)
+        if arithmetic and not planner.figures_from_nowhere(call, known):
+            return []
     return [planner.UNWORKED_STEP.format(tool=tools[0], question=question.strip())]
+
+
+def _counted(question: str, schemas: Sequence[Mapping[str, Any]]) -> bool:
+    """Does the request count one of a tool's fixed choices ("3 melons", "a dozen apples", "5
+    pears and 2 melons")? What so many of a thing come to is arithmetic on what it is looked up as."""
+    # Things, not units: a unit is a choice two slots of one tool offer ("10 kg" to convert).
+    things = [c for c, tools in choice_owners(schemas).items() if len(set(tools)) == len(tools)]
+    choices = "|".join(re.escape(c) for c in sorted(things, key=len, reverse=True))
+    counted = re.compile(rf"\b(?:{chain.COUNTS})\s+(?:{choices})(?:e?s)?\b", re.IGNORECASE)
+    return bool(choices) and counted.search(question) is not None
 
 
 def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -140,11 +164,12 @@ def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[
     # A tool that took another choice the request names is pointed to as well: "how much does a
     # banana cost, and how much does bread cost?" after get_price(banana) is get_price for bread.
     pointed = set(relevant_tools(question, schemas)) | {t for t, took_ in took.items() if took_ & set(named)}
+    pairs = _paired(question, named, owners, schemas)
     steps = []
     for choice in named:
         tools = list(dict.fromkeys(owners[choice]))
         for tool in tools if len(tools) == 1 else [t for t in tools if t in pointed]:
-            if choice in took.get(tool, set()):
+            if choice in took.get(tool, set()) or _elsewhere(tool, choice, pairs):
                 continue
             # A choice two slots of one tool offer (a unit to convert from or to) is what the
             # result should be in; a choice of one slot is what to look up.
@@ -152,3 +177,29 @@ def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[
             template = planner.UNCHOSEN_STEP if two_ways else planner.RETRY_STEP
             steps.append(template.format(tool=tool, choice=choice, subject=choice))
     return list(dict.fromkeys(steps))
+
+
+def _paired(
+    question: str, named: Sequence[str], owners: Mapping[str, list[str]], schemas: Sequence[Mapping[str, Any]]
+) -> set[tuple[str, str]]:
+    """The (tool, choice) pairs the request makes in so many words: one of the tool's words, then
+    "of" or "for" and the choice ("the stock of apples", "the price of coffee")."""
+    out = set()
+    for choice in named:
+        for tool in set(owners[choice]):
+            said = "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
+            if said and re.search(
+                rf"\b(?:{said})s?\s+(?:of|for)\s+(?:the\s+|an?\s+|one\s+)?{re.escape(choice)}(?:e?s)?\b",
+                question,
+                re.IGNORECASE,
+            ):
+                out.add((tool, choice))
+    return out
+
+
+def _elsewhere(tool: str, choice: str, pairs: set[tuple[str, str]]) -> bool:
+    """Does the request pair the tool with another choice, and the choice with another tool, but
+    not these two? "the stock of apples, the price of coffee": no price of apples is asked."""
+    if (tool, choice) in pairs:
+        return False
+    return any(t == tool and c != choice for t, c in pairs) and any(c == choice and t != tool for t, c in pairs)

@@ -15,7 +15,8 @@ of what it found, is one step), and a step no tool fits is done in text, which t
 Once the steps run out the model checks what is still needed; where it answers "none" with a part
 plainly missed, the missed parts become steps (``missed.missed_steps``, with ``untaken_steps`` here
 and ``chain.retry_steps``). A plan line that holds two steps (two sentences, a "then", an "and"
-before an instruction on what the first found) is split into them (``parse_steps``); a step that
+before an instruction on what the first found, ", and" before a second question) is split into
+them (``parse_steps``); a step that
 opens with a condition on a figure is decided by the figure found before the model sees it
 (``conditions.decide``), and the check's reply that only repeats the request or a step done is no
 step (``new_steps``).
@@ -41,19 +42,23 @@ __all__ = [
     "RETRY_STEP",
     "UNCHOSEN_STEP",
     "UNWORKED_STEP",
+    "WORD_FIGURES",
     "answer_messages",
     "argument_leaves",
     "facts",
     "failed",
+    "figures_from_nowhere",
     "grounded",
     "leaves",
     "new_steps",
+    "own_words",
     "parse_steps",
     "plan_messages",
     "prompt_texts",
     "replan_messages",
     "same",
     "small_whole",
+    "spelled",
     "step_message",
     "taken",
     "untaken_steps",
@@ -149,9 +154,18 @@ FOLLOW_STEP = "Call {tool} for what was found."
 # two cities" after both lookups); the step speaks of what was found, so its expression takes the
 # figures results returned and those the request states (``chain.narrowed``).
 UNWORKED_STEP = "Call {tool} with the figures found, to work out: {question}"
+
+
 # A fixed choice two slots of a tool offer (a unit to convert from or to) that the request names
 # and no call took ("in Fahrenheit" after a Celsius lookup); "what was found" points the step's
 # number slots at the figures results returned. A choice of one slot gets RETRY_STEP.
+def own_words(step: str) -> str:
+    """A step's own words, less the request an ``UNWORKED_STEP`` quotes (its "then" is the
+    request's chain, not the step's: the step is one calculation)."""
+    quoting = UNWORKED_STEP.split("{question}")[0].split("{tool}")[-1]
+    return step.split(quoting)[0]
+
+
 UNCHOSEN_STEP = "Call {tool} so that what was found is in {choice}."
 REPLAN_EXAMPLES = [
     (
@@ -218,8 +232,10 @@ def replan_messages(question: str, results: list[Finding], notes: Sequence[Note]
     return [*messages, {"role": "user", "content": ask}]
 
 
-# A capitalised word (or run of them: "Buenos Aires") that does not open a sentence.
-NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
+# A capitalised word (or run of them: "Buenos Aires") that does not open a sentence, nor is a
+# word that opens a clause (a step quoting the request: "..., to work out: If I buy 5 pears").
+_OPENER = r"(?:If|When|Then|Also|And|But|Or|So|Please|What|Which|Who|How|Where|Why|Is|Are|Do|Does|Can|The|An?)"
+NAME = re.compile(rf"(?<![.!?]\s)(?<!^)\b(?!{_OPENER}\b)[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b")
 
 
 def untaken_steps(question: str, results: Sequence[Finding], limit: int, skip: Collection[str] = ()) -> list[str]:
@@ -242,12 +258,15 @@ def untaken_steps(question: str, results: Sequence[Finding], limit: int, skip: C
 
 
 # Where one line of a plan holds two steps: a sentence ending before the next begins ("How many
-# are in stock? Multiply that by the price."), a "then" joining two instructions, or an "and"
-# before an instruction that works on what the one before found ("Get X and convert it").
+# are in stock? Multiply that by the price."), a "then" joining two instructions, an "and"
+# before an instruction that works on what the one before found ("Get X and convert it"), or an
+# "and" before a second question ("What is X, and which Y is it?": a 0.5B model planned such a
+# request as one step and answered its first question only).
 _SENTENCES = re.compile(r"(?<=[.?!])\s+(?=[A-Z])")
 _JOINED = re.compile(
     r"\s*(?:,\s*|;\s*)?\b(?:and\s+)?then\b,?\s+"
-    r"|\s*,?\s+and\s+(?=[a-z]+\s+(?:it|that|them|this|those|these)\b)",
+    r"|\s*,?\s+and\s+(?=[a-z]+\s+(?:it|that|them|this|those|these)\b)"
+    r"|\s*,\s+and\s+(?=(?:what|which|who|whom|whose|where|when|how)\s)",
     re.IGNORECASE,
 )
 # A condition keeps its consequence in the same step ("If it is late, then book a taxi").
@@ -263,9 +282,17 @@ def _parts(line: str) -> list[str]:
         pieces = [sentence] if _CONDITION.match(sentence) else _JOINED.split(sentence)
         pieces = [p.strip(" ,;") for p in pieces if p.strip(" ,;.")]
         if len(pieces) > 1:
-            pieces = [p[0].upper() + p[1:] + ("" if p[-1] in ".?!" else ".") for p in pieces]
+            pieces = [p[0].upper() + p[1:] + ("" if p[-1] in ".?!" else _end(p)) for p in pieces]
         out += pieces
     return out
+
+
+_ASKS = re.compile(r"^\W*(?:\w+:\s*)?(?:what|which|who|whom|whose|where|when|how|is|are|do|does|can)\b", re.IGNORECASE)
+
+
+def _end(piece: str) -> str:
+    """The stop a piece split off a line takes: a question's, or a sentence's."""
+    return "?" if _ASKS.match(piece) else "."
 
 
 def parse_steps(text: str | None, limit: int) -> list[str]:
@@ -398,7 +425,7 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
     values = [v for v in leaves(args) if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
     if not values:
         return True  # nothing it could have made up
-    numbers, text = _numbers(known), known.lower()
+    numbers, text = _numbers(known) | spelled(known), known.lower()
     vocabulary = set(re.findall(r"\w{3,}", text)) if words else set()
     for v in values:
         if isinstance(v, str) and not _NUMBER.search(v):
@@ -407,6 +434,33 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
         elif (found := _numbers(str(v))) and all(any(same(n, k) for k in numbers) for n in _telling(found)):
             return True
     return False
+
+
+# Numbers a text states in words, which a call working on it writes as figures.
+WORD_FIGURES = {
+    "half": 2, "halve": 2, "double": 2, "twice": 2, "triple": 3, "thrice": 3, "third": 3, "quarter": 4,
+    "dozen": 12, "percent": 100, "hundred": 100, "hundreds": 100, "thousand": 1000, "thousands": 1000,
+    "million": 1000000, "millions": 1000000, "one": 1, "two": 2, "three": 3,
+    "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+}  # fmt: skip
+
+
+def spelled(text: str) -> set[float]:
+    """The figures a text states in words ("in thousands": 1000; "a dozen": 12)."""
+    return {float(WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in WORD_FIGURES}
+
+
+def figures_from_nowhere(call: Mapping[str, Any], known: str) -> list[float]:
+    """The figures of a call's arguments that the known text holds neither in digits nor in words,
+    where it takes no larger figure the text holds (a small whole number beside one is a count:
+    "75 / 2" for half of the 75 found, "(18 + 20) / 2" for an average): "(5 + 2) * 4" for "If I
+    buy 5 pears and 2 melons, what do I pay?", the 4 a 0.5B model's guess at a price."""
+    stated = {n for v in argument_leaves(call) if not isinstance(v, bool) for n in _numbers(str(v))}
+    have = _numbers(known) | spelled(known)
+    unknown = {n for n in stated if not any(same(n, k) for k in have)}
+    if any(not small_whole(n) for n in stated - unknown):
+        return []
+    return sorted(unknown)
 
 
 def small_whole(n: float) -> bool:

@@ -209,6 +209,7 @@ def _stems(text: str) -> set[str]:
 _ARITHMETIC_ASKED = re.compile(
     r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
     r"|product|half|double|twice|percent\w*|combined|total|difference|average|ratio)\b"
+    r"|\bin (?:hundreds|thousands|millions|billions)\b"
     r"|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder)\b"
     r"|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
     re.IGNORECASE,
@@ -266,13 +267,32 @@ def named_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str
     return [name for name in names if _stems(name) & asked]
 
 
+# Everyday words for what tool descriptions name in their own words: "What does a dozen apples
+# cost?" shares no word with "Get the unit price of a shop item", nor "How warm is it there?"
+# with "Get the current temperature in a city". General English, not any task's wording: each
+# adds the description's word to the question's words, never takes one away.
+_SAID_AS = {
+    "price": r"cost|costs|costing|pay|paid|expensive|cheap|cheaper|dearer",
+    "temperature": r"warm|warmer|hot|hotter|cold|colder|chilly",
+    "currency": r"money|cash",
+    "population": r"people|inhabitants|residents|populous",
+}
+_SAID_AS_RX = {word: re.compile(rf"\b(?:{alts})\b", re.IGNORECASE) for word, alts in _SAID_AS.items()}
+
+
+def _asked(question: str) -> set[str]:
+    """The question's topic words (``_stems``), and the description words its everyday words stand for."""
+    return _stems(question) | {w[:5] for w, rx in _SAID_AS_RX.items() if rx.search(question)}
+
+
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """The tools the question gives a reason to call: a word of the tool's name or description
-    shares its stem with a word of the question (first five letters; "divided" and "divide"),
+    shares its stem with a word of the question (first five letters; "divided" and "divide"; an
+    everyday word stands for a description's: "cost" for "price", ``_SAID_AS``),
     the question names a fixed choice only that tool offers ("in Fahrenheit": a unit), or the
     question asks for arithmetic and the tool does arithmetic. A nudge names and offers only
     these, never a tool the run has no use for."""
-    asked, arithmetic = _stems(question), asks_arithmetic(question)
+    asked, arithmetic = _asked(question), asks_arithmetic(question)
     owners = choice_owners(schemas)
     chosen = {tools[0] for c in named_choices(question, owners) if len(set(tools := owners[c])) == 1}
     out = []

@@ -42,9 +42,13 @@ def test_a_plan_line_holding_two_steps_is_two_steps_and_a_condition_stays_whole(
         "Compute 19 * 21.",
         "Convert that many km to miles.",
     ]
+    # Two questions (", and what ...") are two steps; the second speaks of what the first found.
+    assert planner.parse_steps("Which country is Bergen in, and what is the capital of that country?", 8) == [
+        "Which country is Bergen in?",
+        "What is the capital of that country?",
+    ]
     for whole in (
         "If it is late, then book a taxi.",
-        "Which country is Bergen in, and what is the capital of that country?",
         "How many bananas and how many pears are in stock?",
         "What is 2.5 times 3?",
     ):
@@ -133,8 +137,10 @@ def test_a_fixed_choice_the_request_names_and_no_call_took_is_a_step() -> None:
     assert planner.untaken_steps(ask, [weather], 8) == ["Call get_weather for Fahrenheit, as for Bergen."]
     converted = (_call("convert_units", '{"value": 9, "from_unit": "celsius", "to_unit": "fahrenheit"}'), "48.2")
     assert missed.missed_steps(ask, [weather, converted], SCHEMAS, 8) == []
-    # A choice of several tools (an item both the price and the stock lookups take) names none.
-    assert missed.unchosen_steps("What does a melon cost?", [], SCHEMAS) == []
+    # A choice of several tools (an item both the price and the stock lookups take) names none,
+    # unless a word of the request points to one ("cost": the price).
+    assert missed.unchosen_steps("What about a melon?", [], SCHEMAS) == []
+    assert missed.unchosen_steps("What does a melon cost?", [], SCHEMAS) == ["Call get_price for melon."]
 
 
 def test_the_check_adds_the_sum_and_the_step_then_runs_it() -> None:
