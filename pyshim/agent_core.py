@@ -202,7 +202,7 @@ class _Run:
         # The question as asked (a one-step plan) is the plain loop's turn: a call with figures
         # from nowhere is answered with why it did not run (``AgentCore.start_tool``), not dropped.
         whole = self.steps[0] is None
-        fresh = [c for c in calls if call_key(c) not in self.done and self.founded(c, known)]
+        fresh = [c for c in calls if self.founded(c, known)]
         if calls and not fresh and not any(call_key(c) in self.done for c in calls):
             self.pending = []  # only calls with values from nowhere: none is run
             if self.step_turns == 0 and not self.in_text:
@@ -211,9 +211,8 @@ class _Run:
                 # 3 * 4")), or, for the question as asked, where it points to another tool; else
                 # tools off (a step no tool fits: "Name a fruit").
                 tools = {c["function"]["name"] for c in calls}
-                pointed = set(relevant_tools(self.question, self.schemas)) - tools
-                wanted = bool(pointed) if whole else bool(self.untaken_names())
-                if wanted and self.bar(tools, as_asked=True):
+                pointed = set(relevant_tools(self.question, self.schemas)) - tools if whole else self.untaken_names()
+                if pointed and self.bar(tools, as_asked=True):
                     return "retry"
                 if not whole:
                     self.in_text = True
@@ -293,11 +292,9 @@ class _Run:
     def unlooked(self) -> bool:
         """Is there a lookup the request points to (a tool that does no arithmetic) that has not
         answered yet? Then arithmetic on small numbers from nowhere is a guess at what it finds."""
-        answered = self.answered_tools()
+        pointed = set(relevant_tools(self.question, self.schemas)) - self.answered_tools()
         return any(
-            name in relevant_tools(self.question, self.schemas) and name not in answered and not does_arithmetic(s)
-            for s in self.schemas
-            if (name := str((s.get("function") or {}).get("name")))
+            str((s.get("function") or {}).get("name")) in pointed and not does_arithmetic(s) for s in self.schemas
         )
 
     def wanders(self, call: dict[str, Any]) -> str:

@@ -279,12 +279,11 @@ def without_copied_facts(content: str, tools: Collection[str]) -> tuple[str, lis
         return content, []
     names = "|".join(re.escape(t) for t in sorted(tools, key=len, reverse=True))
     copy = re.compile(rf"^\s*(?:\d+[.)]\s*)?(?:{names})\s*\(.*\)\s*(?:returned\b|failed\b).*$", re.IGNORECASE)
-    lines = content.splitlines()
-    copied = [line for line in lines if copy.match(line)]
-    if not copied:
-        return content, []
-    kept = "\n".join(line for line in lines if not copy.match(line))
-    return _HEADING.sub("", kept).strip(), copied
+    copied: list[str] = []
+    kept: list[str] = []
+    for line in content.splitlines():
+        (copied if copy.match(line) else kept).append(line)
+    return (_HEADING.sub("", "\n".join(kept)).strip(), copied) if copied else (content, [])
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,13 @@ from collections.abc import Mapping, Sequence
 from itertools import permutations
 from typing import Any
 
-from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, taken
+from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, same, spelled, taken
 from .repeats import named_choices, slots
 
 __all__ = [
-    "COUNTS",
     "asked_operation",
     "choices",
+    "count_of",
     "counted",
     "figures",
     "fresh_figures",
@@ -210,14 +210,14 @@ def fresh_figures(results: Sequence[tuple[Mapping[str, Any], str]], step: str) -
     42.1648; a 0.5B model converted 42.1648 back, got 26.2 as a result, and divided that)."""
 
     def among(value: float, values: Sequence[float]) -> bool:
-        return any(abs(value - u) <= 1e-9 * max(1.0, abs(u)) for u in values)
+        return any(same(value, u) for u in values)
 
     fresh: list[float] = []
-    for i in range(len(results)):
-        earlier = passed_on(results[:i])
-        fresh += [f for f in figures(results[i : i + 1]) if not among(f, earlier) and f not in fresh]
-    used = passed_on(results)
-    return fresh, [f for f in stated(step) if not among(f, used)]
+    earlier: list[float] = []  # what the calls before this result took
+    for result in results:
+        fresh += [f for f in figures([result]) if not among(f, earlier) and f not in fresh]
+        earlier += passed_on([result])
+    return fresh, [f for f in stated(step) if not among(f, earlier)]
 
 
 # A string slot that holds arithmetic: the calculator's "expression".
@@ -227,8 +227,7 @@ _EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re
 def stated(text: str) -> list[float]:
     """The figures a text states, in digits or in words ("half of that number": 2)."""
     out = [float(f) for f in _FIGURE.findall(text)]
-    out += [float(WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in WORD_FIGURES]
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out + spelled(text)))
 
 
 def _written(value: float) -> str:
@@ -318,7 +317,16 @@ def _expression_slot(name: str, prop: Any, tool: Mapping[str, Any]) -> bool:
 
 
 # A count of two or more of a thing ("one coffee" is what one costs: the lookup itself).
-COUNTS = r"(?!1\b)\d+(?:\.\d+)?|two|three|four|five|six|seven|eight|nine|ten|dozen"
+_COUNTS = r"(?!1\b)\d+(?:\.\d+)?|two|three|four|five|six|seven|eight|nine|ten|dozen"
+
+
+def count_of(question: str, thing: str) -> float | None:
+    """How many of the thing the request counts ("5 pears": 5; "a dozen apples": 12), if any."""
+    m = re.search(rf"\b({_COUNTS})\s+{re.escape(thing.strip())}(?:e?s)?\b", question, re.IGNORECASE)
+    if m is None:
+        return None
+    word = m.group(1).lower()
+    return float(word) if word[0].isdigit() else float(WORD_FIGURES[word])
 
 
 def counted(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, float]]:
@@ -331,10 +339,8 @@ def counted(question: str, results: Sequence[tuple[Mapping[str, Any], str]]) -> 
         found = figures([(call, output)])
         if len(things) != 1 or len(found) != 1:
             continue
-        thing = re.escape(things[0].strip())
-        if m := re.search(rf"\b({COUNTS})\s+{thing}(?:e?s)?\b", question, re.IGNORECASE):
-            word = m.group(1).lower()
-            out.append((float(word) if word[0].isdigit() else float(WORD_FIGURES[word]), found[0]))
+        if (n := count_of(question, things[0])) is not None:
+            out.append((n, found[0]))
     return list(dict.fromkeys(out))
 
 

@@ -110,7 +110,7 @@ def asked_of_steps(question: str, results: Sequence[Finding], schemas: Sequence[
         tool = str((schema.get("function") or {}).get("name"))
         if not chain.name_slots(schema) or does_arithmetic(schema):
             continue
-        said = "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
+        said = _said(tool, schemas)
         of = rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})"
         for m in re.finditer(of, question):
             if m.group(1).lower() not in took.get(tool, set()):
@@ -145,9 +145,7 @@ def _counted(question: str, schemas: Sequence[Mapping[str, Any]]) -> bool:
     pears and 2 melons")? What so many of a thing come to is arithmetic on what it is looked up as."""
     # Things, not units: a unit is a choice two slots of one tool offer ("10 kg" to convert).
     things = [c for c, tools in choice_owners(schemas).items() if len(set(tools)) == len(tools)]
-    choices = "|".join(re.escape(c) for c in sorted(things, key=len, reverse=True))
-    counted = re.compile(rf"\b(?:{chain.COUNTS})\s+(?:{choices})(?:e?s)?\b", re.IGNORECASE)
-    return bool(choices) and counted.search(question) is not None
+    return any(chain.count_of(question, thing) is not None for thing in things)
 
 
 def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -187,7 +185,7 @@ def _paired(
     out = set()
     for choice in named:
         for tool in set(owners[choice]):
-            said = "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
+            said = _said(tool, schemas)
             if said and re.search(
                 rf"\b(?:{said})s?\s+(?:of|for)\s+(?:the\s+|an?\s+|one\s+)?{re.escape(choice)}(?:e?s)?\b",
                 question,
@@ -195,6 +193,11 @@ def _paired(
             ):
                 out.add((tool, choice))
     return out
+
+
+def _said(tool: str, schemas: Sequence[Mapping[str, Any]]) -> str:
+    """The words a tool says it gives (``chain.gives``), as a regex alternation."""
+    return "|".join(re.escape(w) for w in sorted(chain.gives(tool, schemas)))
 
 
 def _elsewhere(tool: str, choice: str, pairs: set[tuple[str, str]]) -> bool:

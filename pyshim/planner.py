@@ -425,7 +425,7 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
     values = [v for v in leaves(args) if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
     if not values:
         return True  # nothing it could have made up
-    numbers, text = _numbers(known) | spelled(known), known.lower()
+    numbers, text = _numbers(known) | set(spelled(known)), known.lower()
     vocabulary = set(re.findall(r"\w{3,}", text)) if words else set()
     for v in values:
         if isinstance(v, str) and not _NUMBER.search(v):
@@ -445,9 +445,9 @@ WORD_FIGURES = {
 }  # fmt: skip
 
 
-def spelled(text: str) -> set[float]:
-    """The figures a text states in words ("in thousands": 1000; "a dozen": 12)."""
-    return {float(WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in WORD_FIGURES}
+def spelled(text: str) -> list[float]:
+    """The figures a text states in words, in order, once each ("in thousands": 1000; "a dozen": 12)."""
+    return list(dict.fromkeys(float(WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in WORD_FIGURES))
 
 
 def figures_from_nowhere(call: Mapping[str, Any], known: str) -> list[float]:
@@ -456,7 +456,7 @@ def figures_from_nowhere(call: Mapping[str, Any], known: str) -> list[float]:
     "75 / 2" for half of the 75 found, "(18 + 20) / 2" for an average): "(5 + 2) * 4" for "If I
     buy 5 pears and 2 melons, what do I pay?", the 4 a 0.5B model's guess at a price."""
     stated = {n for v in argument_leaves(call) if not isinstance(v, bool) for n in _numbers(str(v))}
-    have = _numbers(known) | spelled(known)
+    have = _numbers(known) | set(spelled(known))
     unknown = {n for n in stated if not any(same(n, k) for k in have)}
     if any(not small_whole(n) for n in stated - unknown):
         return []

@@ -282,7 +282,7 @@ _SAID_AS_RX = {word: re.compile(rf"\b(?:{alts})\b", re.IGNORECASE) for word, alt
 
 def _asked(question: str) -> set[str]:
     """The question's topic words (``_stems``), and the description words its everyday words stand for."""
-    return _stems(question) | {w[:5] for w, rx in _SAID_AS_RX.items() if rx.search(question)}
+    return _stems(" ".join([question, *(w for w, rx in _SAID_AS_RX.items() if rx.search(question))]))
 
 
 def relevant_tools(question: str, schemas: Sequence[Mapping[str, Any]]) -> list[str]:
