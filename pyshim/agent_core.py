@@ -147,6 +147,7 @@ class _Run:
     in_text: bool = False  # the current step's next turn has tools off
     barred: set[str] = field(default_factory=set)  # tools out of the current step's grammar (its retry)
     replanned: bool = False  # the plan was checked against what was found
+    refusal_checked: bool = False  # the request was read for a lookup after only refused calls
     plan_steps: list[str] = field(default_factory=list)  # the plan as the model wrote it
     notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
     system: str | None = None  # the caller's system message, for the planning and answer turns
@@ -329,7 +330,10 @@ class _Run:
         step, "Compute 17 * 23" done by an earlier step, served it), or it takes neither a name
         the step gives nor anything a result returned ("Check the temperature in Cairo" answered
         by ``convert_units(25, ...)``, the 25 of the request's condition). A 0.5B model under a
-        required tool choice picks the next tool that fits once the wrong one is out of reach."""
+        required tool choice picks the next tool that fits once the wrong one is out of reach.
+        Where the turn after the bar misses the step again, no tool fits it: it is done in text
+        ("Say hello in French" answered by get_weather, then get_population, for the next step's
+        city)."""
         step = self.steps[0]
         if step is None or not calls:
             return False
@@ -339,7 +343,12 @@ class _Run:
         names = _step_names(step, self.question)
         found = "\n".join(out for _, out in self.results if not planner.failed(out))
         missed = bool(names) and not any(_takes(c, names, found) for c in fresh)
-        return (repeats or (bool(fresh) and missed)) and self.bar(barred)
+        if not (repeats or (bool(fresh) and missed)):
+            return False
+        if self.barred and not self.step_turns and not self.in_text and not pointed:
+            self.in_text = True
+            return True
+        return self.bar(barred)
 
     def untaken_names(self) -> list[str]:
         """The names the current step gives (from the request) that no call has taken."""
@@ -882,7 +891,7 @@ class AgentCore:
                 self._events.append({"type": "plan", "steps": steps})
                 state.begin_steps(steps)
             else:
-                steps = planner.new_steps(steps, [state.question, *state.plan_steps])
+                steps = planner.new_steps(steps, [state.question, *state.plan_steps], state.results)
                 if not steps:  # what the check missed: a failed link a result can feed, a name no call took
                     steps = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
@@ -899,7 +908,24 @@ class AgentCore:
             return state.conclude(result)
         if step == "next":
             state.next_step(self.spec.max_steps)
+            self._check_refused()
         return state.pending
+
+    def _check_refused(self) -> None:
+        """The steps ran out with nothing found and calls refused (a name from nowhere: "Japan's
+        capital city: what's the temperature there?" called get_weather(Tokyo), the model's own
+        answer to the lookup it skipped): the check's reading of the request (``missed``) gives
+        that lookup ("Call capital_of for Japan."), taken as a plan step; with none, the answer.
+        The check proper still follows once they ran: the lookup found the name the request
+        wanted a lookup of ("Tokyo": the temperature there)."""
+        state = self.state
+        if state.phase != "answer" or state.results or not state.failures or state.refusal_checked:
+            return
+        state.refusal_checked = True
+        if steps := missed.missed_steps(state.wanted(), [], state.schemas, self.spec.max_steps):
+            self._events.append({"type": "plan", "steps": steps, "revised": True})
+            state.replan(steps)
+            state.replanned = False
 
 
 def _no_tool_for(state: _Run) -> bool:

@@ -62,7 +62,7 @@ from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, same, spelled, taken
-from .repeats import named_choices, slots
+from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, named_choices, slots
 
 __all__ = [
     "asked_operation",
@@ -143,7 +143,9 @@ def names_from_nowhere(call: Mapping[str, Any], known: str, schemas: Sequence[Ma
     knows (the request, the conversation, what was found): a 0.5B model asked "Can you recommend
     a dish to make with bread?" called ``country_of(city="Paris")``, the example of the tool's
     own description. Text in the model's own words (a query: "opening hours museum") is not a
-    proper name and is not judged here."""
+    proper name and is not judged here. A thing a slot offers as a fixed choice (an item) is a
+    name too: asked about bananas and bread, the model called ``get_price(item="apple")``; a
+    unit (a choice two slots of the tool offer) is not, the result's unit is the tool's own."""
     fn = call.get("function") or {}
     schema = next((s for s in schemas if (s.get("function") or {}).get("name") == fn.get("name")), None)
     try:
@@ -159,6 +161,12 @@ def names_from_nowhere(call: Mapping[str, Any], known: str, schemas: Sequence[Ma
         words = set(re.findall(r"\w{2,}", str(value).casefold()))
         if isinstance(value, str) and _PROPER.fullmatch(value.strip()) and not words & vocabulary:
             out.append(value.strip())
+    offered = [v for p in slots(schema).values() if isinstance(p, Mapping) for v in p.get("enum") or ()]
+    for slot, prop in slots(schema).items():
+        value = args.get(slot)
+        thing = isinstance(prop, Mapping) and value in (prop.get("enum") or ()) and offered.count(value) == 1
+        if thing and isinstance(value, str) and not named_choices(known, {value.lower(): value}):
+            out.append(value)
     return out
 
 
@@ -225,9 +233,11 @@ _EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re
 
 
 def stated(text: str) -> list[float]:
-    """The figures a text states, in digits or in words ("half of that number": 2)."""
+    """The figures a text states, in digits or in words ("half of that number": 2). "One" in
+    words is what one thing is ("the price of one coffee"), no figure to work on: offered as
+    one, the model divided the price by it."""
     out = [float(f) for f in _FIGURE.findall(text)]
-    return list(dict.fromkeys(out + spelled(text)))
+    return list(dict.fromkeys(out + [f for f in spelled(text) if f != 1]))
 
 
 def _written(value: float) -> str:
@@ -243,12 +253,16 @@ def _written(value: float) -> str:
 _OPERATIONS = {
     "-": re.compile(
         r"\b(?:difference|minus|subtract\w*)\b|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer"
-        r"|less|higher|lower|warmer|colder|older|younger|longer|shorter|heavier|lighter|cheaper|dearer)\b",
+        rf"|less|higher|lower|warmer|colder|older|younger|longer|shorter|heavier|lighter|cheaper|dearer)\b"
+        rf"|{COMPARED}|{LOWERED_BY}",
         re.IGNORECASE,
     ),
-    "+": re.compile(r"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b", re.IGNORECASE),
-    "*": re.compile(r"\b(?:times|multipl\w*|product)\b", re.IGNORECASE),
-    "/": re.compile(r"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b", re.I),
+    "+": re.compile(rf"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b|{RAISED_BY}", re.I),
+    "*": re.compile(rf"\b(?:times|multipl\w*|product)\b|{SCALED}", re.IGNORECASE),
+    "/": re.compile(
+        rf"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b|{HALVED}|{AFFORDED}",
+        re.IGNORECASE,
+    ),
     "mean": re.compile(r"\b(?:average|mean)\b", re.IGNORECASE),
 }
 # Words of arithmetic that use a figure more than once, or an operator the words above do not name.
@@ -321,8 +335,10 @@ _COUNTS = r"(?!1\b)\d+(?:\.\d+)?|two|three|four|five|six|seven|eight|nine|ten|do
 
 
 def count_of(question: str, thing: str) -> float | None:
-    """How many of the thing the request counts ("5 pears": 5; "a dozen apples": 12), if any."""
-    m = re.search(rf"\b({_COUNTS})\s+{re.escape(thing.strip())}(?:e?s)?\b", question, re.IGNORECASE)
+    """How many of the thing the request counts ("5 pears": 5; "a dozen apples": 12; "3 loaves of
+    bread": 3, a measure of it), if any."""
+    measure = r"(?:[a-z]+\s+of\s+)?"
+    m = re.search(rf"\b({_COUNTS})\s+{measure}{re.escape(thing.strip())}(?:e?s)?\b", question, re.IGNORECASE)
     if m is None:
         return None
     word = m.group(1).lower()

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-__all__ = ["Decision", "decide", "nothing_to_do"]
+__all__ = ["Decision", "branches", "decide", "nothing_to_do"]
 
 
 class Decision(NamedTuple):
@@ -54,8 +54,25 @@ _CONDITION = re.compile(
     rf"|(?P<less>{_LESS})|(?P<more>{_MORE}))\s+{_NUMBER}\b[^,;]*?)\s*,\s*(?:then\s+)?(?P<then>.+)$",
     re.IGNORECASE,
 )
-# Where the other branch begins: "; otherwise ...", ", if not, ...", ". Else ...".
-_OTHERWISE = re.compile(r"\s*[;,.]?\s*\b(?:otherwise|if not|else|or else)\b[\s,]*", re.IGNORECASE)
+# Where the other branch begins: "; otherwise ...", ", if not, ...", ". Else ...", or the other
+# condition spelled out (", but if it's 100 or more, ..."), read as the first one's complement.
+_OTHERWISE = re.compile(
+    r"\s*[;,.]?\s*\b(?:otherwise|if not|else|or else)\b[\s,]*|\s*[;,.]\s*(?:but\s+|and\s+)?(?:if|when)\b[^,;]*,\s*",
+    re.IGNORECASE,
+)
+# A bound after the number ("100 or more"), written as the same bound before it ("at least 100").
+_BOUND_AFTER = re.compile(
+    rf"\b{_NUMBER}\s+or\s+(?:(?P<up>more|above|over|higher|greater|larger)|(?P<down>less|fewer|below|under|lower))\b",
+    re.IGNORECASE,
+)
+# A condition a request sets on what is found (a comparison after "if" or "when", a state after
+# "if"), or a branch in words: "If I buy 5 pears" or "if it doubled" supposes and decides nothing.
+_BRANCHES = re.compile(
+    rf"\b(?:if|when)\b[^,;.?!]*?\b(?:at most|no more than|at least|{_LESS}|{_MORE})\s+{_NUMBER}"
+    r"|\bif\b[^,;.?!]*?\b(?:is|are|isn't|aren't)\b"  # a state checked: "If Lyon is big"
+    r"|\b(?:unless|otherwise|whether|if not|or else)\b",
+    re.IGNORECASE,
+)
 # A step that is the other branch of the one before: "Otherwise, tell me the price of an apple."
 _OPENS_OTHERWISE = re.compile(r"^\s*(?:otherwise|if not|else|or else)\b[\s,]*(?P<rest>.*)$", re.IGNORECASE)
 # A branch that asks for nothing but what was found: "just tell me", "do nothing".
@@ -94,7 +111,7 @@ def decide(step: str, figures: Sequence[float], held: bool | None = None) -> Dec
     if held is not None and (other := _OPENS_OTHERWISE.match(step)):
         rest = other.group("rest")
         return Decision("", _branch(rest), held) if held else Decision(_doable(rest), "", held)
-    match = _CONDITION.match(step)
+    match = _CONDITION.match(_bounds_first(step))
     if match is None or not figures:
         return None
     then, *rest = _OTHERWISE.split(match.group("then"), maxsplit=1)
@@ -102,6 +119,22 @@ def decide(step: str, figures: Sequence[float], held: bool | None = None) -> Dec
     holds = _holds(match, figures[-1])
     chosen, rejected = (then, other_branch) if holds else (other_branch, then)
     return Decision(_doable(chosen), _branch(rejected), holds)
+
+
+def _bounds_first(text: str) -> str:
+    """The text with each bound after its number ("100 or more") written before it ("at least 100")."""
+
+    def before(m: re.Match[str]) -> str:
+        return f"{'at least' if m.group('up') else 'at most'} {m.group(0).split(' or ')[0]}"
+
+    return _BOUND_AFTER.sub(before, text)
+
+
+def branches(text: str) -> bool:
+    """Does the text set a condition on something found ("If there are more than 50, ...",
+    "when that's 100 or more", "otherwise ...")? A request that does may rightly leave a lookup
+    or a sum undone; "If I buy 5 pears" or "if it doubled" is the asker supposing, no branch."""
+    return bool(_BRANCHES.search(_bounds_first(text)))
 
 
 def _doable(branch: str) -> str:

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import chain, planner
+from .conditions import branches
 from .repeats import (
     asks_arithmetic,
     choice_owners,
@@ -50,11 +51,6 @@ from .repeats import (
 __all__ = ["asked_of_steps", "missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
 
 Finding = planner.Finding  # a tool call and its output
-
-# A request with a condition may rightly leave a choice unused or a sum undone ("if it is above
-# 25 degrees, convert it; if not, just tell me"): no step is added to it.
-# "If I buy 5 pears, what do I pay?" is no branch: the asker's own "if" supposes, it decides nothing.
-_CONDITION = re.compile(r"\b(?:if(?!\s+(?:i|we|you)\b)|unless|otherwise|whether)\b", re.IGNORECASE)
 
 
 def missed_steps(
@@ -95,14 +91,19 @@ def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[
     return []
 
 
+# Capitalised words whose "'s" is "is" ("What's the population"), not a name's own.
+_NOT_OWNERS = r"(?:It|That|What|Who|Where|How|When|Here|There|Let|He|She)"
+
+
 def asked_of_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
     """A step for each name the request asks a tool's own thing *of* (one of the tool's words,
-    then "of", "in", "for" or "at" and the name) that no call of that tool took, for tools that
+    then "of", "in", "for" or "at" and the name, or the name's own: "Japan's capital") that no
+    call of that tool took, for tools that
     take a name: "the population of Cusco and the temperature in Kyoto" with only
     get_population(Kyoto) run is get_population for Cusco and get_weather for Kyoto. "The country
     whose capital is Cairo" asks for no capital of anything. None for a request with a condition
     (a branch may rightly stay undone)."""
-    if _CONDITION.search(question):
+    if branches(question):
         return []
     took = planner.taken(results)
     steps = []  # (where the request asks it, the step): in the request's order
@@ -111,8 +112,11 @@ def asked_of_steps(question: str, results: Sequence[Finding], schemas: Sequence[
         if not chain.name_slots(schema) or does_arithmetic(schema):
             continue
         said = _said(tool, schemas)
-        of = rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})"
-        for m in re.finditer(of, question):
+        # Not "the population of Peru's capital": that asks the capital's.
+        of = rf"\b(?i:(?:{said})s?\s+(?:of|in|for|at)\s+(?:the\s+)?)({planner.NAME.pattern})(?!['’]s\b)"
+        # Or the name's own, in so many words, at the request's start too: "Japan's capital city".
+        owns = rf"\b(?!{_NOT_OWNERS}['’])([A-Z][a-z]+(?:\s[A-Z][a-z]+)*)['’]s\s+(?i:(?:{said})s?)\b"
+        for m in [*re.finditer(of, question), *re.finditer(owns, question)]:
             if m.group(1).lower() not in took.get(tool, set()):
                 steps.append((m.start(), planner.RETRY_STEP.format(tool=tool, subject=m.group(1))))
     return [step for _, step in sorted(steps)]
@@ -127,7 +131,7 @@ def unworked_steps(
     before a later lookup, counts as done ("Compute 19 * 21, then convert that many km")."""
     tools = [str((s.get("function") or {}).get("name")) for s in schemas if does_arithmetic(s)]
     asked = asks_arithmetic(question) or _counted(question, schemas)
-    if not tools or not asked or _CONDITION.search(question):
+    if not tools or not asked or branches(question):
         return []
     if not chain.figures(results) and not looking_up:  # nothing found, and no step to find it
         return []
@@ -154,7 +158,7 @@ def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[
     request asked for that tool: its words point to the tool, or the choice is that tool's alone
     ("in Fahrenheit", with only the Celsius lookup run; "the number of apples in stock", with
     only the price looked up)."""
-    if _CONDITION.search(question):
+    if branches(question):
         return []
     took = planner.taken(results)
     owners = choice_owners(schemas)  # a choice -> the tool of each slot that offers it

@@ -300,19 +300,33 @@ def parse_steps(text: str | None, limit: int) -> list[str]:
     steps split into them (``_parts``), at most ``limit``."""
     lines = [_BULLET.sub("", line).strip() for line in (text or "").splitlines()]
     steps = [part for line in lines if line for part in _parts(line)]
-    return [s for s in steps if s and s.strip(".").lower() != "none"][:limit]
+    # A line written again is the model running on ("Convert 8 kg to pounds." six times), not
+    # a step to do twice.
+    return list(dict.fromkeys(s for s in steps if s and s.strip(".").lower() != "none"))[:limit]
 
 
 def _said(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
-def new_steps(steps: Sequence[str], asked: Sequence[str]) -> list[str]:
+# A line that states a figure ("Cusco's population would be 428450."): a finding, not a step.
+_STATES = re.compile(r"\b(?:is|are|was|were|be|equals)\s+(?:about\s+|roughly\s+)?-?\d", re.IGNORECASE)
+
+
+def new_steps(steps: Sequence[str], asked: Sequence[str], found: Sequence[Finding] = ()) -> list[str]:
     """The check's steps less those that only repeat the request or a step already taken (as
     written, or with its finding after "->"): the model wrote the request back as "what is still
-    needed", was given it as a step, and did its first part again."""
+    needed", was given it as a step, and did its first part again. A line that states what a
+    result returned is a finding written back, not a step ("Cusco's population would be
+    428450." for "What would it be if it doubled?": given as a step, the lookup ran again)."""
     seen = {_said(a) for a in asked}
-    return [s for s in steps if _said(s.split("->")[0]) not in seen]
+    figures = {n for _, out in found if not failed(out) for n in _numbers(out)}
+    return [
+        s
+        for s in steps
+        if _said(s.split("->")[0]) not in seen
+        and not (_STATES.search(s) and any(same(n, f) for n in _numbers(s) for f in figures))
+    ]
 
 
 def step_message(step: str) -> dict[str, Any]:
@@ -438,7 +452,8 @@ def grounded(call: dict[str, Any], known: str, words: bool = False) -> bool:
 
 # Numbers a text states in words, which a call working on it writes as figures.
 WORD_FIGURES = {
-    "half": 2, "halve": 2, "double": 2, "twice": 2, "triple": 3, "thrice": 3, "third": 3, "quarter": 4,
+    "half": 2, "halve": 2, "halved": 2, "double": 2, "doubled": 2, "twice": 2, "triple": 3, "tripled": 3,
+    "thrice": 3, "quadrupled": 4, "third": 3, "quarter": 4,
     "dozen": 12, "percent": 100, "hundred": 100, "hundreds": 100, "thousand": 1000, "thousands": 1000,
     "million": 1000000, "millions": 1000000, "one": 1, "two": 2, "three": 3,
     "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,

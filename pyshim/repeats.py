@@ -18,8 +18,14 @@ from typing import Any
 from . import planner
 
 __all__ = [
+    "AFFORDED",
+    "COMPARED",
+    "HALVED",
     "LOOK_UP",
+    "LOWERED_BY",
     "NUDGE",
+    "RAISED_BY",
+    "SCALED",
     "answered",
     "asks_arithmetic",
     "call_key",
@@ -206,11 +212,23 @@ def _stems(text: str) -> set[str]:
 
 # Arithmetic asked for in words or symbols, and a tool that does arithmetic: "compute that number
 # divided by 2" shares no word with "Evaluate an arithmetic expression".
+# Ways a request asks for arithmetic in everyday words, one pattern each, shared with
+# ``chain.asked_operation`` (which reads the operation from them): a comparison asked as a
+# quantity ("By how many degrees is Alexandria hotter than Oslo?"), a change by a figure
+# ("increase the result by 10"), a scaling ("if it doubled"), and a budget ("How many apples could
+# I buy for the price of one coffee?").
+COMPARED = r"\bhow (?:much|many)\b[^.?!]*?\b(?:(?!(?:other|rather|whether|either)\b)\w+er|more|less|fewer)\s+than\b"
+RAISED_BY = r"\b(?:increas|rais|grow|grew|extend)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
+LOWERED_BY = r"\b(?:decreas|reduc|lower|cut|shrink|shrank)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
+SCALED = r"\b(?:doubled|doubles|doubling|tripled|triples|tripling|quadrupled|quadruples)\b"
+HALVED = r"\b(?:halved|halves|halving)\b"
+AFFORDED = r"\bhow many\b[^.?!]*\b(?:can|could)\s+(?:i|we|you)\s+(?:buy|afford|get|purchase)\b"
 _ARITHMETIC_ASKED = re.compile(
     r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
     r"|product|half|double|twice|percent\w*|combined|total|difference|average|ratio)\b"
     r"|\bin (?:hundreds|thousands|millions|billions)\b"
     r"|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder)\b"
+    rf"|{COMPARED}|{RAISED_BY}|{LOWERED_BY}|{SCALED}|{HALVED}|{AFFORDED}"
     r"|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
     re.IGNORECASE,
 )
