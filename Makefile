@@ -77,7 +77,7 @@ lint: venv
 	$(PY) scripts/readme_types.py
 
 test: build models lint rpc-server
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=25
 	$(MAKE) test-nopatch
 	$(MAKE) sanitize
 

@@ -62,7 +62,7 @@ from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, same, spelled, taken
-from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, named_choices, slots
+from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, SPLIT, named_choices, slots
 
 __all__ = [
     "asked_operation",
@@ -252,15 +252,17 @@ def _written(value: float) -> str:
 # "total" is not here: "the total cost of 4 coffees" is a product.
 _OPERATIONS = {
     "-": re.compile(
-        r"\b(?:difference|minus|subtract\w*)\b|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer"
-        rf"|less|higher|lower|warmer|colder|older|younger|longer|shorter|heavier|lighter|cheaper|dearer)\b"
+        r"\b(?:difference|minus|subtract\w*)\b|\bhow (?:much|many) (?!times )(?:\w+ )?"
+        r"(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder|older|younger|longer|shorter|heavier"
+        r"|lighter|cheaper|dearer)\b"
         rf"|{COMPARED}|{LOWERED_BY}",
         re.IGNORECASE,
     ),
     "+": re.compile(rf"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b|{RAISED_BY}", re.I),
-    "*": re.compile(rf"\b(?:times|multipl\w*|product)\b|{SCALED}", re.IGNORECASE),
+    "*": re.compile(rf"\b(?:(?<!how many )times|multipl\w*|product)\b|{SCALED}", re.IGNORECASE),
     "/": re.compile(
-        rf"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b|{HALVED}|{AFFORDED}",
+        rf"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b|{HALVED}|{AFFORDED}"
+        rf"|{SPLIT}",
         re.IGNORECASE,
     ),
     "mean": re.compile(r"\b(?:average|mean)\b", re.IGNORECASE),

@@ -26,6 +26,7 @@ __all__ = [
     "NUDGE",
     "RAISED_BY",
     "SCALED",
+    "SPLIT",
     "answered",
     "asks_arithmetic",
     "call_key",
@@ -215,20 +216,27 @@ def _stems(text: str) -> set[str]:
 # Ways a request asks for arithmetic in everyday words, one pattern each, shared with
 # ``chain.asked_operation`` (which reads the operation from them): a comparison asked as a
 # quantity ("By how many degrees is Alexandria hotter than Oslo?"), a change by a figure
-# ("increase the result by 10"), a scaling ("if it doubled"), and a budget ("How many apples could
-# I buy for the price of one coffee?").
-COMPARED = r"\bhow (?:much|many)\b[^.?!]*?\b(?:(?!(?:other|rather|whether|either)\b)\w+er|more|less|fewer)\s+than\b"
+# ("increase the result by 10"), a scaling ("if it doubled"), a budget ("How many apples could
+# I buy for the price of one coffee?") and a share ("split between 4", "how many times bigger").
+COMPARED = (
+    r"\bhow (?:much|many)\b(?! times)[^.?!]*?"
+    r"\b(?:(?:more|less)\s+\w+|(?!(?:other|rather|whether|either)\b)\w+er|more|less|fewer)\s+than\b"
+)
 RAISED_BY = r"\b(?:increas|rais|grow|grew|extend)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
 LOWERED_BY = r"\b(?:decreas|reduc|lower|cut|shrink|shrank)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
 SCALED = r"\b(?:doubled|doubles|doubling|tripled|triples|tripling|quadrupled|quadruples)\b"
 HALVED = r"\b(?:halved|halves|halving)\b"
+SPLIT = (
+    r"\bhow many times (?:\w+er|more|less|as)\b"
+    r"|\b(?:split|share|shared|sharing)\b[^.?!]{0,40}?\b(?:between|among)\s+(?:\d|two|three|four|five|six)"
+)
 AFFORDED = r"\bhow many\b[^.?!]*\b(?:can|could)\s+(?:i|we|you)\s+(?:buy|afford|get|purchase)\b"
 _ARITHMETIC_ASKED = re.compile(
     r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
     r"|product|half|double|twice|percent\w*|combined|total|difference|average|ratio)\b"
     r"|\bin (?:hundreds|thousands|millions|billions)\b"
     r"|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder)\b"
-    rf"|{COMPARED}|{RAISED_BY}|{LOWERED_BY}|{SCALED}|{HALVED}|{AFFORDED}"
+    rf"|{COMPARED}|{RAISED_BY}|{LOWERED_BY}|{SCALED}|{HALVED}|{AFFORDED}|{SPLIT}"
     r"|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
     re.IGNORECASE,
 )

@@ -32,3 +32,14 @@ class Scripted:
         if calls:
             message["tool_calls"] = calls
         return {"message": message, "content": reply.get("content"), "tool_calls": calls, "finish_reason": "stop"}
+
+
+def tool_call(name: str, arguments: str) -> dict[str, Any]:
+    """A call as the agent's bookkeeping reads it: a tool's name and its arguments' JSON text."""
+    return {"function": {"name": name, "arguments": arguments}}
+
+
+def called(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """An assistant turn that made one call, as a transcript holds it."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted import Scripted
+from scripted import Scripted, tool_call
 
 from pyshim import Agent
 from pyshim.chain import choices, narrowed
@@ -46,26 +46,22 @@ def get_population(city: str) -> str:
     return {"Tokyo": "13960000"}[city]
 
 
-def _call(name: str, args: str) -> dict[str, Any]:
-    return {"function": {"name": name, "arguments": args}}
-
-
 def _tool(name: str, properties: dict[str, Any], description: str = "") -> dict[str, Any]:
     parameters = {"type": "object", "properties": properties}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
 def test_the_found_name_is_offered_and_the_request_name_a_call_took_is_not() -> None:
-    found = [(_call("country_of", '{"city": "Kyoto"}'), "Japan")]
+    found = [(tool_call("country_of", '{"city": "Kyoto"}'), "Japan")]
     assert choices(KYOTO, found) == ["Japan"]
     later = "What country is Lyon in, and what is the temperature in Oslo?"
-    assert choices(later, [(_call("country_of", '{"city": "Lyon"}'), "France")]) == ["France", "Oslo"]
+    assert choices(later, [(tool_call("country_of", '{"city": "Lyon"}'), "France")]) == ["France", "Oslo"]
 
 
 def test_figures_echoes_and_failures_are_not_names() -> None:
-    weather = (_call("get_weather", '{"city": "Oslo"}'), '{"city": "Oslo", "temperature_c": 7}')
-    price = (_call("get_price", '{"item": "pear"}'), "0.55 EUR")
-    failed = (_call("country_of", '{"city": "Narnia"}'), "error: KeyError: unknown city")
+    weather = (tool_call("get_weather", '{"city": "Oslo"}'), '{"city": "Oslo", "temperature_c": 7}')
+    price = (tool_call("get_price", '{"item": "pear"}'), "0.55 EUR")
+    failed = (tool_call("country_of", '{"city": "Narnia"}'), "error: KeyError: unknown city")
     assert choices("Oslo and pears", [weather, price, failed]) == []
 
 
@@ -180,13 +176,13 @@ def test_a_failed_link_is_retried_with_the_name_a_later_lookup_returned() -> Non
     call already took."""
     from pyshim.chain import retry_steps
 
-    failed = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
-    found = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
+    failed = (tool_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
+    found = (tool_call("country_of", '{"city": "Cairo"}'), "Egypt")
     assert retry_steps([failed, found]) == ["Call currency_of for Egypt."]
     assert retry_steps([found, failed]) == []  # nothing found after the failure
-    done = (_call("currency_of", '{"country": "Egypt"}'), "Egyptian pound")
+    done = (tool_call("currency_of", '{"country": "Egypt"}'), "Egyptian pound")
     assert retry_steps([failed, found, done]) == []  # the tool succeeded
-    echo = (_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
+    echo = (tool_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
     assert retry_steps([failed, echo]) == []  # an echo of its own argument is no new name
 
 
@@ -196,10 +192,10 @@ def test_a_step_that_points_back_takes_a_figure_a_result_returned() -> None:
     was found is narrowed to the figures results returned (not an echo of a call's own argument)."""
     from pyshim.chain import figures
 
-    product = (_call("calculator", '{"expression": "19 * 21"}'), "399.0")
-    weather = (_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
-    converted = (_call("convert_units", '{"value": 31}'), "87.8 fahrenheit")
-    echo = (_call("convert_units", '{"value": 5}'), "5")
+    product = (tool_call("calculator", '{"expression": "19 * 21"}'), "399.0")
+    weather = (tool_call("get_weather", '{"city": "Cairo"}'), '{"city": "Cairo", "temperature_c": 31}')
+    converted = (tool_call("convert_units", '{"value": 31}'), "87.8 fahrenheit")
+    echo = (tool_call("convert_units", '{"value": 5}'), "5")
     assert figures([product, weather, converted, echo]) == [399.0, 31.0, 87.8]
     slots = {"value": {"type": "number"}, "count": {"type": "integer"}, "unit": {"type": "string"}}
     tool = _tool("convert_units", slots)

@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from scripted import Scripted
+from scripted import Scripted, called, tool_call
 
 import pyshim
 from bench.agent_task_set import TOOLS
@@ -37,10 +37,6 @@ from pyshim.tools import function_schema
 SCHEMAS = [function_schema(f) for f in TOOLS]
 
 
-def _call(name: str, args: str) -> dict[str, Any]:
-    return {"function": {"name": name, "arguments": args}}
-
-
 def test_everyday_ways_of_asking_for_arithmetic_name_their_operation() -> None:
     for text, operation in [
         ("By how many degrees is Alexandria hotter than Oslo?", "-"),
@@ -48,6 +44,9 @@ def test_everyday_ways_of_asking_for_arithmetic_name_their_operation() -> None:
         ("Reduce that by 5.", "-"),
         ("What would Cusco's population be if it doubled?", "*"),
         ("How many apples could I buy for the price of one coffee?", "/"),
+        ("How much more expensive is coffee than bread?", "-"),
+        ("How many times bigger is Tokyo than Kyoto?", "/"),
+        ("Split the price of a melon between 4 friends.", "/"),
     ]:
         assert asks_arithmetic(text) and chain.asked_operation(text) == operation, text
     for text in ("What is the capital of Japan other than Tokyo?", "Increase the font size."):
@@ -76,7 +75,7 @@ def test_the_asker_supposing_is_no_branch_and_a_branch_spelled_out_twice_is_deci
     assert conditions.decide("If it's 100 or more, look up pears; otherwise apples.", [100])[0] == "Look up pears."
     # The supposing "if" no longer keeps the check from the arithmetic asked.
     doubled = "What would Cusco's population be if it doubled?"
-    found = [(_call("get_population", '{"city": "Cusco"}'), "428450")]
+    found = [(tool_call("get_population", '{"city": "Cusco"}'), "428450")]
     assert missed.unworked_steps(doubled, found, SCHEMAS) == [
         planner.UNWORKED_STEP.format(tool="calculator", question=doubled)
     ]
@@ -108,9 +107,9 @@ def test_a_measure_of_a_thing_counts_it_and_a_thing_never_named_is_not_looked_up
     pattern = calc["function"]["parameters"]["properties"]["expression"]["pattern"]
     assert re.fullmatch(pattern[1:-1], "8 * 0.25 + 3 * 2.2") and not re.fullmatch(pattern[1:-1], "8 * 0.25")
     # A unit is the tool's own choice, never from nowhere; a thing the request names is no guess.
-    celsius = _call("convert_units", '{"value": 14, "from_unit": "celsius", "to_unit": "fahrenheit"}')
+    celsius = tool_call("convert_units", '{"value": 14, "from_unit": "celsius", "to_unit": "fahrenheit"}')
     assert chain.names_from_nowhere(celsius, "Take the temperature in Kyoto.", SCHEMAS) == []
-    assert chain.names_from_nowhere(_call("get_price", '{"item": "banana"}'), ask, SCHEMAS) == []
+    assert chain.names_from_nowhere(tool_call("get_price", '{"item": "banana"}'), ask, SCHEMAS) == []
 
 
 def test_a_plan_line_written_again_is_one_step_and_a_finding_is_no_step() -> None:
@@ -118,7 +117,7 @@ def test_a_plan_line_written_again_is_one_step_and_a_finding_is_no_step() -> Non
         "Convert 8 kg to pounds.",
         "Increase it by 10.",
     ]
-    found = [(_call("get_population", '{"city": "Cusco"}'), "428450")]
+    found = [(tool_call("get_population", '{"city": "Cusco"}'), "428450")]
     said = ["Cusco's population would be 428450.", "Multiply 428450 by 2."]
     assert planner.new_steps(said, ["What would it be if it doubled?"], found) == ["Multiply 428450 by 2."]
 
@@ -181,11 +180,6 @@ def test_a_step_whose_calls_miss_it_twice_is_done_in_text() -> None:
     assert result.content == "Bonjour! It is 26 degrees in Alexandria."
 
 
-def _called(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
 def test_one_in_words_is_no_figure_to_divide_by_on_the_real_model(qwen: pyshim.Model) -> None:
     """The run's transcript for "How many apples could I buy for the price of one coffee?": both
     prices found, then the calculation the check added. Offered "one" as a figure, the model
@@ -195,10 +189,10 @@ def test_one_in_words_is_no_figure_to_divide_by_on_the_real_model(qwen: pyshim.M
     step = planner.UNWORKED_STEP.format(tool="calculator", question=ask)
     chat = [
         {"role": "user", "content": ask},
-        _called("c0", "get_price", '{"item": "apple"}'),
+        called("c0", "get_price", '{"item": "apple"}'),
         {"role": "tool", "tool_call_id": "c0", "name": "get_price", "content": "0.4 EUR"},
         planner.step_message("Call get_price for coffee."),
-        _called("c1", "get_price", '{"item": "coffee"}'),
+        called("c1", "get_price", '{"item": "coffee"}'),
         {"role": "tool", "tool_call_id": "c1", "name": "get_price", "content": "7.5 EUR"},
         planner.step_message(step),
     ]

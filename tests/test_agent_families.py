@@ -21,17 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted import Scripted
+from scripted import Scripted, tool_call
 
 from bench.agent_task_set import TOOLS
 from pyshim import Agent, chain, conditions, missed, planner
 from pyshim.tools import function_schema
 
 SCHEMAS = [function_schema(f) for f in TOOLS]
-
-
-def _call(name: str, args: str) -> dict[str, Any]:
-    return {"function": {"name": name, "arguments": args}}
 
 
 def _two_steps(plan: str, first: tuple[str, str], second: tuple[str, str], answer: str) -> Scripted:
@@ -108,22 +104,22 @@ def test_a_failed_lookup_is_retried_only_with_a_name_of_the_kind_its_slot_takes(
     """capital_of(Wakanda) failed and currency_of(Peru) returned "Peruvian sol": the check made
     that a country ("Call capital_of for Peruvian sol"). country_of returns a country; currency_of
     does not."""
-    wakanda = (_call("capital_of", '{"country": "Wakanda"}'), "error: KeyError: unknown country 'Wakanda'")
-    sol = (_call("currency_of", '{"country": "Peru"}'), "Peruvian sol")
+    wakanda = (tool_call("capital_of", '{"country": "Wakanda"}'), "error: KeyError: unknown country 'Wakanda'")
+    sol = (tool_call("currency_of", '{"country": "Peru"}'), "Peruvian sol")
     assert chain.retry_steps([wakanda, sol], SCHEMAS) == []
-    cairo = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
-    egypt = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
+    cairo = (tool_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
+    egypt = (tool_call("country_of", '{"city": "Cairo"}'), "Egypt")
     assert chain.retry_steps([cairo, egypt], SCHEMAS) == ["Call currency_of for Egypt."]
-    france = (_call("get_weather", '{"city": "France"}'), "error: KeyError: unknown city 'France'")
-    paris = (_call("capital_of", '{"country": "France"}'), "Paris")  # "the capital city": a city
+    france = (tool_call("get_weather", '{"city": "France"}'), "error: KeyError: unknown city 'France'")
+    paris = (tool_call("capital_of", '{"country": "France"}'), "Paris")  # "the capital city": a city
     assert chain.retry_steps([france, paris], SCHEMAS) == ["Call get_weather for Paris."]
 
 
 def test_the_first_link_is_added_only_for_a_tool_the_request_names() -> None:
     """ "Which country is Springfield in?": country_of(Springfield) failed; capital_of shares only
     its description's "country" with the request, and the check added capital_of(Springfield)."""
-    springfield = (_call("country_of", '{"city": "Springfield"}'), "error: KeyError: unknown city 'Springfield'")
-    bananas = (_call("get_stock", '{"item": "banana"}'), "240")
+    springfield = (tool_call("country_of", '{"city": "Springfield"}'), "error: KeyError: unknown city 'Springfield'")
+    bananas = (tool_call("get_stock", '{"item": "banana"}'), "240")
     ask = "Which country is Springfield in? And how many bananas are in stock?"
     assert missed.missed_steps(ask, [springfield, bananas], SCHEMAS, 8) == []
 
@@ -139,12 +135,12 @@ def test_a_tools_thing_asked_of_a_name_it_never_took_is_a_step() -> None:
     population and the check said "none"; get_population never took Cusco, and get_weather (it
     gives the temperature) never ran for Kyoto. Not for "the country whose capital is Cairo" (no
     capital of anything is asked), nor for the calculator."""
-    kyoto = (_call("get_population", '{"city": "Kyoto"}'), "1464890")
+    kyoto = (tool_call("get_population", '{"city": "Kyoto"}'), "1464890")
     ask = "Two things, please: the population of Cusco and the temperature in Kyoto."
     steps = ["Call get_population for Cusco.", "Call get_weather for Kyoto."]
     assert missed.asked_of_steps(ask, [kyoto], SCHEMAS) == steps
-    cairo = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
-    egypt = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
+    cairo = (tool_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
+    egypt = (tool_call("country_of", '{"city": "Cairo"}'), "Egypt")
     ask = "What currency is used in the country whose capital is Cairo?"
     assert missed.asked_of_steps(ask, [cairo, egypt], SCHEMAS) == []
     assert missed.asked_of_steps("What is 45 * 12 with the calculator for Paris?", [], SCHEMAS) == []
@@ -178,7 +174,7 @@ def test_a_fixed_choice_two_tools_offer_goes_to_the_tool_that_took_its_sibling()
     """ "How much does a banana cost, and how much does bread cost?": get_price(banana) ran and
     the check said "none"; "bread" is an item of get_price and get_stock, neither named by the
     request, and get_price took the banana beside it."""
-    banana = (_call("get_price", '{"item": "banana"}'), "0.25 EUR")
+    banana = (tool_call("get_price", '{"item": "banana"}'), "0.25 EUR")
     ask = "For my shopping: how much does a banana cost, and how much does bread cost?"
     assert missed.unchosen_steps(ask, [banana], SCHEMAS) == ["Call get_price for bread."]
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from scripted import Scripted
+from scripted import Scripted, called, tool_call
 
 import pyshim
 from bench.agent_task_set import TOOLS
@@ -38,10 +37,6 @@ from pyshim.tools import function_schema
 
 SCHEMAS = [function_schema(f) for f in TOOLS]
 NAMES = [s["function"]["name"] for s in SCHEMAS]
-
-
-def _call(name: str, args: str) -> dict[str, Any]:
-    return {"function": {"name": name, "arguments": args}}
 
 
 def test_a_name_from_nowhere_is_not_looked_up_and_the_answer_is_text() -> None:
@@ -56,9 +51,9 @@ def test_a_name_from_nowhere_is_not_looked_up_and_the_answer_is_text() -> None:
     assert refused.name == "country_of" and "Paris appear in neither" in refused.error
     # A name the request gives, or one a result returned, is no name from nowhere.
     known = "What is the temperature in new york?\nFrance"
-    assert chain.names_from_nowhere(_call("get_weather", '{"city": "New York"}'), known, SCHEMAS) == []
-    assert chain.names_from_nowhere(_call("capital_of", '{"country": "France"}'), known, SCHEMAS) == []
-    assert chain.names_from_nowhere(_call("get_weather", '{"city": "Paris"}'), known, SCHEMAS) == ["Paris"]
+    assert chain.names_from_nowhere(tool_call("get_weather", '{"city": "New York"}'), known, SCHEMAS) == []
+    assert chain.names_from_nowhere(tool_call("capital_of", '{"country": "France"}'), known, SCHEMAS) == []
+    assert chain.names_from_nowhere(tool_call("get_weather", '{"city": "Paris"}'), known, SCHEMAS) == ["Paris"]
 
 
 def test_a_tool_nothing_asked_for_is_not_tried_on_a_name_a_lookup_failed_on() -> None:
@@ -104,10 +99,10 @@ def test_two_questions_joined_are_two_steps_and_a_choice_goes_to_the_tool_it_is_
     # Without the comma, a shared ending stays one step ("How many bananas and how many pears are in stock?").
     assert len(planner.parse_steps("How many bananas and how many pears are in stock?", 8)) == 1
     three = "I need three numbers: the stock of apples, the price of coffee and the temperature in Paris."
-    ran = [(_call("get_stock", '{"item": "apple"}'), "120")]
+    ran = [(tool_call("get_stock", '{"item": "apple"}'), "120")]
     assert missed.unchosen_steps(three, ran, SCHEMAS) == ["Call get_price for coffee."]
     both = "What is the price of an apple times the number of apples in stock?"
-    ran = [(_call("get_price", '{"item": "apple"}'), "0.4 EUR")]
+    ran = [(tool_call("get_price", '{"item": "apple"}'), "0.4 EUR")]
     assert missed.unchosen_steps(both, ran, SCHEMAS) == ["Call get_stock for apple."]
 
 
@@ -142,24 +137,24 @@ def test_everyday_words_point_to_the_tool_that_describes_itself_otherwise() -> N
 
 def test_arithmetic_on_a_count_waits_for_the_lookup_and_takes_what_it_found() -> None:
     pears = "If I buy 5 pears and 2 melons, what do I pay in total?"
-    guess = _call("calculator", '{"expression": "(5 + 2) * 4"}')
+    guess = tool_call("calculator", '{"expression": "(5 + 2) * 4"}')
     assert planner.figures_from_nowhere(guess, pears) == [4.0]
-    assert planner.figures_from_nowhere(_call("calculator", '{"expression": "75 / 2"}'), "75") == []
+    assert planner.figures_from_nowhere(tool_call("calculator", '{"expression": "75 / 2"}'), "75") == []
     # Figures in words count: "in thousands" is 1000.
-    thousands = _call("calculator", '{"expression": "1464890 / 1000"}')
+    thousands = tool_call("calculator", '{"expression": "1464890 / 1000"}')
     assert planner.grounded(thousands, "What's Kyoto's population in thousands?\n1464890")
     # The guess ran; it is not the arithmetic asked, so once the prices are found it is a step.
     found = [
         (guess, "28.0"),
-        (_call("get_price", '{"item": "pear"}'), "0.55 EUR"),
-        (_call("get_price", '{"item": "melon"}'), "2.8 EUR"),
+        (tool_call("get_price", '{"item": "pear"}'), "0.55 EUR"),
+        (tool_call("get_price", '{"item": "melon"}'), "2.8 EUR"),
     ]
     assert missed.unworked_steps(pears, found, SCHEMAS) == [
         planner.UNWORKED_STEP.format(tool="calculator", question=pears)
     ]
     # A count of a thing asks for arithmetic; a lookup step still to come will find its figure.
     dozen = "What does a dozen apples cost?"
-    refused = [(_call("calculator", '{"expression": "12 * 12"}'), "error: not run")]
+    refused = [(tool_call("calculator", '{"expression": "12 * 12"}'), "error: not run")]
     assert missed.missed_steps(dozen, refused, SCHEMAS, 8) == [
         "Call get_price for apple.",
         planner.UNWORKED_STEP.format(tool="calculator", question=dozen),
@@ -170,8 +165,8 @@ def test_arithmetic_on_a_count_waits_for_the_lookup_and_takes_what_it_found() ->
     assert re.fullmatch(pattern[1:-1], "12 * 0.4") and not re.fullmatch(pattern[1:-1], "12 * 12")
     # A round trip's result is no figure to work on: 26.2 miles came back from 42.1648 km.
     trip = [
-        (_call("convert_units", '{"value": 26.2, "from_unit": "miles", "to_unit": "km"}'), "42.1648 km"),
-        (_call("convert_units", '{"value": 42.1648, "from_unit": "km", "to_unit": "miles"}'), "26.2 miles"),
+        (tool_call("convert_units", '{"value": 26.2, "from_unit": "miles", "to_unit": "km"}'), "42.1648 km"),
+        (tool_call("convert_units", '{"value": 42.1648, "from_unit": "km", "to_unit": "miles"}'), "26.2 miles"),
     ]
     assert chain.fresh_figures(trip, "Divide that by 4.") == ([42.1648], [4.0])
 
@@ -180,8 +175,8 @@ def test_so_many_of_a_thing_whose_figure_was_found_is_their_product() -> None:
     """Offered any arithmetic on 0.55, 2.8, 5 and 2, the model wrote "(5 + 2.8) * 2.8"; "3 melons"
     after 2.8 EUR came as "3 + 2.8". Counted things take the product of count and figure."""
     prices = [
-        (_call("get_price", '{"item": "pear"}'), "0.55 EUR"),
-        (_call("get_price", '{"item": "melon"}'), "2.8 EUR"),
+        (tool_call("get_price", '{"item": "pear"}'), "0.55 EUR"),
+        (tool_call("get_price", '{"item": "melon"}'), "2.8 EUR"),
     ]
     pears = "If I buy 5 pears and 2 melons, what do I pay in total?"
     assert chain.counted(pears, prices) == [(5.0, 0.55), (2.0, 2.8)]
@@ -199,11 +194,6 @@ def test_a_clause_opener_is_no_name() -> None:
     assert planner.NAME.findall("Call calculator, to work out: If I buy 5 pears. Also Lima") == ["Lima"]
 
 
-def _called(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
 def test_the_expression_takes_a_figure_found_on_the_real_model(qwen: pyshim.Model) -> None:
     """The run's transcript for "What does a dozen apples cost?": the guess "12 * 12" refused, the
     price looked up (0.4 EUR), then the calculation the check added. Offered any arithmetic on
@@ -216,10 +206,10 @@ def test_the_expression_takes_a_figure_found_on_the_real_model(qwen: pyshim.Mode
     )
     chat = [
         {"role": "user", "content": ask},
-        _called("c0", "calculator", '{"expression": "12 * 12"}'),
+        called("c0", "calculator", '{"expression": "12 * 12"}'),
         {"role": "tool", "tool_call_id": "c0", "name": "calculator", "content": refused},
         planner.step_message("Call get_price for apple."),
-        _called("c1", "get_price", '{"item": "apple"}'),
+        called("c1", "get_price", '{"item": "apple"}'),
         {"role": "tool", "tool_call_id": "c1", "name": "get_price", "content": "0.4 EUR"},
         planner.step_message(planner.UNWORKED_STEP.format(tool="calculator", question=ask)),
     ]

@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from scripted import Scripted
+from scripted import Scripted, tool_call
 
 import pyshim
 from bench.agent_task_set import TOOLS
 from pyshim import Agent, missed, planner
 from pyshim.chain import narrowed, stated
 from pyshim.tools import function_schema
-
-
-def _call(name: str, args: str) -> dict[str, Any]:
-    return {"function": {"name": name, "arguments": args}}
-
 
 SCHEMAS = [function_schema(f) for f in TOOLS]
 
@@ -60,9 +54,9 @@ def test_an_expression_on_what_was_found_may_use_its_small_numbers() -> None:
     not run (2 is in neither the request nor a result); a small whole number beside a figure found
     tells nothing. An expression of small numbers alone still needs them known."""
     known = "Look up how many pears are in stock.\n{} 75"
-    assert planner.grounded(_call("calculator", '{"expression": "75 / 2"}'), known)
-    assert not planner.grounded(_call("calculator", '{"expression": "76 / 2"}'), known)
-    assert not planner.grounded(_call("calculator", '{"expression": "3 * 2"}'), known)
+    assert planner.grounded(tool_call("calculator", '{"expression": "75 / 2"}'), known)
+    assert not planner.grounded(tool_call("calculator", '{"expression": "76 / 2"}'), known)
+    assert not planner.grounded(tool_call("calculator", '{"expression": "3 * 2"}'), known)
 
 
 def test_an_expression_slot_of_a_step_pointing_back_takes_only_the_figures_found_and_stated() -> None:
@@ -113,9 +107,9 @@ def test_the_expression_pattern_holds_the_real_models_call(qwen: pyshim.Model) -
 
 
 def test_arithmetic_asked_and_not_done_is_a_step_once_the_check_finds_nothing_left() -> None:
-    lyon = (_call("get_population", '{"city": "Lyon"}'), "522250")
-    bergen = (_call("get_population", '{"city": "Bergen"}'), "291940")
-    summed = (_call("calculator", '{"expression": "522250 + 291940"}'), "814190.0")
+    lyon = (tool_call("get_population", '{"city": "Lyon"}'), "522250")
+    bergen = (tool_call("get_population", '{"city": "Bergen"}'), "291940")
+    summed = (tool_call("calculator", '{"expression": "522250 + 291940"}'), "814190.0")
     ask = "What is the combined population of Lyon and Bergen?"
     (step,) = missed.unworked_steps(ask, [lyon, bergen], SCHEMAS)
     assert step == planner.UNWORKED_STEP.format(tool="calculator", question=ask)
@@ -129,13 +123,13 @@ def test_a_fixed_choice_the_request_names_and_no_call_took_is_a_step() -> None:
     """ "The temperature in Bergen in Fahrenheit": the lookup ran, the check said "none", and the
     untaken-name rule made "Call get_weather for Fahrenheit, as for Bergen." (a unit read as a
     city); the unit is a choice of convert_units alone, so the step is that tool's."""
-    weather = (_call("get_weather", '{"city": "Bergen"}'), '{"city": "Bergen", "temperature_c": 9}')
+    weather = (tool_call("get_weather", '{"city": "Bergen"}'), '{"city": "Bergen", "temperature_c": 9}')
     ask = "What is the temperature in Bergen in Fahrenheit?"
     assert missed.missed_steps(ask, [weather], SCHEMAS, 8) == [
         planner.UNCHOSEN_STEP.format(tool="convert_units", choice="fahrenheit")
     ]
     assert planner.untaken_steps(ask, [weather], 8) == ["Call get_weather for Fahrenheit, as for Bergen."]
-    converted = (_call("convert_units", '{"value": 9, "from_unit": "celsius", "to_unit": "fahrenheit"}'), "48.2")
+    converted = (tool_call("convert_units", '{"value": 9, "from_unit": "celsius", "to_unit": "fahrenheit"}'), "48.2")
     assert missed.missed_steps(ask, [weather, converted], SCHEMAS, 8) == []
     # A choice of several tools (an item both the price and the stock lookups take) names none,
     # unless a word of the request points to one ("cost": the price).
@@ -194,28 +188,28 @@ def test_a_failed_lookup_of_a_name_gets_the_link_the_request_points_to_first() -
     """ "The population of the capital of Peru": get_population(Peru) failed and the check said
     "none"; "capital" points to capital_of, which never ran, so it goes first and the failed
     lookup follows for what it finds. A failure another result already feeds is retry_steps'."""
-    failed = (_call("get_population", '{"city": "Peru"}'), "error: KeyError: unknown city 'Peru'")
+    failed = (tool_call("get_population", '{"city": "Peru"}'), "error: KeyError: unknown city 'Peru'")
     ask = "What is the population of the capital of Peru?"
     assert missed.missed_steps(ask, [failed], SCHEMAS, 8) == [
         planner.RETRY_STEP.format(tool="capital_of", subject="Peru"),
         planner.FOLLOW_STEP.format(tool="get_population"),
     ]
-    lima = (_call("get_population", '{"city": "Lima"}'), "10004000")
-    atlantis = (_call("get_population", '{"city": "Atlantis"}'), "error: KeyError: unknown city 'Atlantis'")
+    lima = (tool_call("get_population", '{"city": "Lima"}'), "10004000")
+    atlantis = (tool_call("get_population", '{"city": "Atlantis"}'), "error: KeyError: unknown city 'Atlantis'")
     assert missed.missed_steps("What is the population of Atlantis and of Lima?", [atlantis, lima], SCHEMAS, 8) == []
-    cairo = (_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
-    egypt = (_call("country_of", '{"city": "Cairo"}'), "Egypt")
+    cairo = (tool_call("currency_of", '{"country": "Cairo"}'), "error: KeyError: unknown country 'Cairo'")
+    egypt = (tool_call("country_of", '{"city": "Cairo"}'), "Egypt")
     ask = "What currency is used in the country whose capital is Cairo?"
     assert missed.missed_steps(ask, [cairo, egypt], SCHEMAS, 8) == ["Call currency_of for Egypt."]
 
 
 def test_a_fixed_choice_shared_by_tools_is_a_step_for_the_one_the_request_points_to() -> None:
-    price = (_call("get_price", '{"item": "apple"}'), "0.4 EUR")
+    price = (tool_call("get_price", '{"item": "apple"}'), "0.4 EUR")
     ask = "What is the price of an apple times the number of apples in stock?"
     assert missed.unchosen_steps(ask, [price], SCHEMAS) == [
         planner.RETRY_STEP.format(tool="get_stock", subject="apple")
     ]
-    stock = (_call("get_stock", '{"item": "apple"}'), "120")
+    stock = (tool_call("get_stock", '{"item": "apple"}'), "120")
     assert missed.unchosen_steps(ask, [price, stock], SCHEMAS) == []
 
 
@@ -246,7 +240,7 @@ def test_a_steps_first_call_from_nowhere_is_barred_when_the_step_names_what_to_l
 def test_the_link_added_first_is_a_tool_that_takes_a_name() -> None:
     """ "What is the temperature in Narnia?": "temperature" points to convert_units too (its
     description names temperature), which cannot take Narnia; no link is added for it."""
-    failed = (_call("get_weather", '{"city": "Narnia"}'), "error: KeyError: unknown city 'Narnia'")
-    pears = (_call("get_stock", '{"item": "pear"}'), "75")
+    failed = (tool_call("get_weather", '{"city": "Narnia"}'), "error: KeyError: unknown city 'Narnia'")
+    pears = (tool_call("get_stock", '{"item": "pear"}'), "75")
     ask = "What is the temperature in Narnia? Also tell me how many pears are in stock."
     assert missed.missed_steps(ask, [failed, pears], SCHEMAS, 8) == []
