@@ -861,8 +861,10 @@ class AgentCore:
             # So many of a thing whose figure was found: their product ("3 melons": 3 * 2.8).
             products = chain.counted(state.question, state.results) if operation in (None, "+", "*") else []
             grammar = chain.narrowed(grammar, names, figures, terms, operation, products)
-            if figures:  # the units of what was found: the step's and those its finders state
-                grammar = chain.units_named(grammar, f"{step}\n{state.finders()}")
+            # The units the step names ("Convert 50 lb to kg": pounds and kg; asked for "lb", a
+            # 0.5B model wrote "l" and the enum made it "liters"), and where it works on what was
+            # found, those its finders state.
+            grammar = chain.units_named(grammar, f"{step}\n{state.finders() if figures else ''}")
         if grammar != tools:
             options["grammar_tools"] = grammar
         return Generate(state.messages, tools, options)

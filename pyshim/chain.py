@@ -432,13 +432,36 @@ def units_named(schemas: list[dict[str, Any]] | None, text: str) -> list[dict[st
                 said = set(named_choices(text, {v.lower(): v for v in values}))
                 named = [v for v in values if v.lower() in said]
                 if 2 <= len(named) < len(values):
-                    fit[k] = named
+                    fit[k] = _directed(k, named, text)
         if fit:
             schema = copy.deepcopy(schema)
             for k, values in fit.items():
                 schema["function"]["parameters"]["properties"][k]["enum"] = values
         out.append(schema)
     return out
+
+
+# Which end of a conversion a slot is, by its name ("from_unit", "to_unit").
+_FROM_SLOT = re.compile(r"(?:^|_)(?:from|source|src)(?:_|$)", re.IGNORECASE)
+_TO_SLOT = re.compile(r"(?:^|_)(?:to|target|dest|into)(?:_|$)", re.IGNORECASE)
+
+
+def _directed(slot: str, named: list[str], text: str) -> list[str]:
+    """The named units a slot may take: where the text states the figure's unit ("50 lb") and
+    the one wanted ("to kg"), a slot named for one end takes that one alone (offered both
+    pounds and kg for "Convert 50 lb to kg", a 0.5B model converted kg to pounds); else both."""
+    ends = {v.lower(): v for v in named}
+
+    def unit(pattern: str) -> str | None:
+        said = [u for m in re.finditer(pattern, text, re.IGNORECASE) for u in named_choices(m.group(1), ends)]
+        return ends[said[0]] if said else None
+
+    source, target = unit(r"\d\s*([a-z]+)"), unit(r"\b(?:to|into|in)\s+([a-z]+)")
+    if source is None or target is None or source == target:
+        return named
+    if _FROM_SLOT.search(slot):
+        return [source]
+    return [target] if _TO_SLOT.search(slot) else named
 
 
 def grammar_tools(schemas: list[dict[str, Any]] | None, names: Sequence[str]) -> list[dict[str, Any]] | None:

@@ -317,16 +317,20 @@ def new_steps(steps: Sequence[str], asked: Sequence[str], found: Sequence[Findin
     """The check's steps less those that only repeat the request or a step already taken (as
     written, or with its finding after "->"): the model wrote the request back as "what is still
     needed", was given it as a step, and did its first part again. A line that states what a
-    result returned is a finding written back, not a step ("Cusco's population would be
-    428450." for "What would it be if it doubled?": given as a step, the lookup ran again)."""
+    result returned, of names the calls took, is a finding written back, not a step ("Cusco's
+    population would be 428450." for "What would it be if it doubled?": given as a step, the
+    lookup ran again). One that gives the figure to a name no call took is a claim to check
+    ("The population of Gotham is 10004000.", Lima's figure): its step looks Gotham up."""
     seen = {_said(a) for a in asked}
     figures = {n for _, out in found if not failed(out) for n in _numbers(out)}
-    return [
-        s
-        for s in steps
-        if _said(s.split("->")[0]) not in seen
-        and not (_STATES.search(s) and any(same(n, f) for n in _numbers(s) for f in figures))
-    ]
+    took = {a for args in taken(found).values() for a in args}
+
+    def finding(line: str) -> bool:
+        if not _STATES.search(line) or not any(same(n, f) for n in _numbers(line) for f in figures):
+            return False
+        return all(name.lower() in took for name in NAME.findall(line))
+
+    return [s for s in steps if _said(s.split("->")[0]) not in seen and not finding(s)]
 
 
 def step_message(step: str) -> dict[str, Any]:

@@ -274,13 +274,29 @@ def choice_owners(schemas: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
     return owners
 
 
+# Units as people write them, for the name a tool's choices give them ("50 lb": pounds). Not
+# "pound" alone: it is a currency too ("Egyptian pound").
+_UNITS_WRITTEN = {
+    "pounds": ("lb", "lbs"),
+    "kg": ("kgs", "kilo", "kilos", "kilogram", "kilograms"),
+    "km": ("kilometer", "kilometers", "kilometre", "kilometres"),
+    "miles": ("mi", "mile"),
+    "feet": ("ft", "foot"),
+    "meters": ("meter", "metre", "metres"),
+    "liters": ("liter", "litre", "litres"),
+    "gallons": ("gal", "gallon"),
+}
+_UNIT_OF = {written: unit for unit, ways in _UNITS_WRITTEN.items() for written in ways}
+
+
 def named_choices(text: str, owners: Mapping[str, Any]) -> list[str]:
     """The fixed choices the text names, in order: a word that is one (any case), or its plural
-    ("apples" for "apple")."""
+    ("apples" for "apple"), or a unit as people write it ("lb" for "pounds", "kilometres" for
+    "km")."""
     out = []
     for word in re.findall(r"\w+", text.lower()):
         forms = (word, word[:-1] if word.endswith("s") else "", word[:-2] if word.endswith("es") else "")
-        out += [form for form in forms if form and form in owners][:1]
+        out += [form for form in (*forms, _UNIT_OF.get(word, "")) if form and form in owners][:1]
     return list(dict.fromkeys(out))
 
 

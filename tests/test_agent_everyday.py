@@ -31,7 +31,7 @@ from scripted import Scripted, called, tool_call
 import pyshim
 from bench.agent_task_set import TOOLS
 from pyshim import Agent, chain, conditions, missed, planner
-from pyshim.repeats import asks_arithmetic
+from pyshim.repeats import asks_arithmetic, choice_owners, named_choices
 from pyshim.tools import function_schema
 
 SCHEMAS = [function_schema(f) for f in TOOLS]
@@ -120,6 +120,10 @@ def test_a_plan_line_written_again_is_one_step_and_a_finding_is_no_step() -> Non
     found = [(tool_call("get_population", '{"city": "Cusco"}'), "428450")]
     said = ["Cusco's population would be 428450.", "Multiply 428450 by 2."]
     assert planner.new_steps(said, ["What would it be if it doubled?"], found) == ["Multiply 428450 by 2."]
+    # A figure given to a name no call took is a claim to check, not a finding: Lima's population.
+    lima = [(tool_call("get_population", '{"city": "Lima"}'), "10004000")]
+    claim = ["The population of Gotham is 10004000.", "The temperature in Lima is 20 degrees Celsius."]
+    assert planner.new_steps(claim, ["Tell me the population of Gotham."], lima) == claim
 
 
 def test_a_names_own_thing_asks_its_tool() -> None:
@@ -206,3 +210,25 @@ def test_one_in_words_is_no_figure_to_divide_by_on_the_real_model(qwen: pyshim.M
         expressions.append(json.loads(call["function"]["arguments"])["expression"].replace(" ", ""))
     assert expressions[0] == "7.5/1.0"  # the fault
     assert expressions[1] == "7.5/0.4"
+
+
+def test_a_unit_as_people_write_it_is_the_tools_and_each_end_takes_its_own() -> None:
+    """ "Convert 50 lb to kg": the model wrote "l" for "lb" and the enum made it "liters"; offered
+    pounds and kg at both ends, it converted kg to pounds. A unit written short names the tool's
+    choice, and each end of the conversion takes the unit the request gives it."""
+    owners = choice_owners(SCHEMAS)
+    assert named_choices("Convert 50 lb to 5 kilometres", owners) == ["pounds", "km"]
+    assert named_choices("What currency uses the Egyptian pound?", owners) == []  # a currency too
+
+    def ends(text: str) -> tuple[list[str], list[str]]:
+        (convert,) = [s for s in chain.units_named(SCHEMAS, text) or [] if s["function"]["name"] == "convert_units"]
+        slots = convert["function"]["parameters"]["properties"]
+        return slots["from_unit"]["enum"], slots["to_unit"]["enum"]
+
+    assert ends("Convert 50 lb to kg.") == (["pounds"], ["kg"])
+    assert ends("Convert 2 liters to gallons.") == (["liters"], ["gallons"])
+    # Where the figure's unit is not stated next to it, both ends keep both units named.
+    assert ends("Convert it to Fahrenheit.\nin degrees Celsius") == (
+        ["celsius", "fahrenheit"],
+        ["celsius", "fahrenheit"],
+    )
