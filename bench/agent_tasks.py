@@ -34,7 +34,7 @@ import httpx
 
 import pyshim
 from bench.agent_peers import PEERS, run_peer
-from bench.agent_task_set import SINGLE, TASKS, TOOLS, Call, Single, Task
+from bench.agent_task_set import SEEN, SINGLE, TASKS, TOOLS, Call, Single, Task
 from bench.common.fixtures import ALL_MODELS
 from bench.common.provenance import args_command, commit, stamp
 from bench.common.systems import door_server
@@ -213,17 +213,18 @@ def progress(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def score(runs: list[dict[str, Any]], half: str) -> str:
-    part = [r for r in runs if r["half"] == half]
+def score(runs: list[dict[str, Any]], half: str, unseen: bool = False) -> str:
+    """A half's score; with ``unseen``, less the report tasks tuned on all the same (``SEEN``)."""
+    part = [r for r in runs if r["half"] == half and not (unseen and r["prompt"] in SEEN)]
     n = sum(r["solved"] for r in part)
     return f"{n}/{len(part)} ({100 * n / len(part):.0f} %)" if part else "-"
 
 
 def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
     lines = [
-        "| model | suite | development half | report half | gap (points) | dev at the report's family mix "
-        "| non-answers reported as answers |",
-        "|---|---|---|---|---|---|---|",
+        "| model | suite | development half | report half | report half less the task seen | gap (points) "
+        "| dev at the report's family mix | non-answers reported as answers |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, res in raw.items():
         suites = [(MODE_TITLE[m], runs) for m, runs in res["multi"].items()] + [("single call", res["single"])]
@@ -238,7 +239,8 @@ def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
             mix = reweighted(runs)
             false = sum(FALSE_ANSWER in r.get("why", []) for r in runs) if "why" in runs[0] else "-"
             row = (
-                f"| {name} | {title} | {score(runs, 'dev')} | {score(runs, 'report')} | {gap:+.0f} | {mix} | {false} |"
+                f"| {name} | {title} | {score(runs, 'dev')} | {score(runs, 'report')} "
+                f"| {score(runs, 'report', unseen=True)} | {gap:+.0f} | {mix} | {false} |"
             )
             lines.append(row)
     return [*lines, ""]
@@ -317,7 +319,8 @@ def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
 
     A mode in several files is merged task by task (a later file's run of a task replaces an
     earlier one's), so a batch of tasks run alone (``--batch``) joins a whole run; each mode's
-    commits are all those its tasks ran at."""
+    commits are all those its tasks ran at. A task no longer in the set (taken out of a half) is
+    not reported."""
     raw: dict[str, dict[str, Any]] = {}
     order = {(t.half, t.prompt): i for i, t in enumerate(TASKS)}
     for path in paths:
@@ -326,7 +329,8 @@ def merged(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
             for mode, runs in res["multi"].items():
                 by_task = {(r["half"], r["prompt"]): r for r in into["multi"].get(mode, [])}
                 by_task.update({(r["half"], r["prompt"]): r for r in runs})
-                into["multi"][mode] = sorted(by_task.values(), key=lambda r: order.get((r["half"], r["prompt"]), -1))
+                kept = [r for key, r in by_task.items() if key in order]
+                into["multi"][mode] = sorted(kept, key=lambda r: order[(r["half"], r["prompt"])])
                 sha = (res.get("commits") or {}).get(mode)
                 had = into["commits"].get(mode)
                 into["commits"][mode] = sha if not had or had == sha else f"{had}` and `{sha}"

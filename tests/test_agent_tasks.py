@@ -98,6 +98,14 @@ def test_every_expected_value_is_derived_by_a_tool_not_read_from_the_question() 
         assert task.family == "no tool" or task.needs, task.prompt
 
 
+def test_no_task_is_in_both_halves() -> None:
+    """A development task is tuned on: one written word for word as a report task makes that
+    report task a seen one (it happened once, 74c6fc1: "What is the population of the capital of
+    Peru?"). The halves share no prompt, in any case or spacing."""
+    said = [[" ".join(t.prompt.lower().split()) for t in TASKS if t.half == half] for half in ("dev", "report")]
+    assert not set(said[0]) & set(said[1])
+
+
 # Drawn once, with a fixed seed, from the report half: which tasks run does not depend on how
 # the agent does on them. Kept to three for make test's time budget.
 SAMPLE = random.Random(37).sample(range(len(REPORT)), 3)
