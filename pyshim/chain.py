@@ -62,7 +62,7 @@ from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, same, spelled, taken
-from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, SPLIT, named_choices, slots
+from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, SPLIT, named_choices, slots, things
 
 __all__ = [
     "asked_operation",
@@ -161,11 +161,12 @@ def names_from_nowhere(call: Mapping[str, Any], known: str, schemas: Sequence[Ma
         words = set(re.findall(r"\w{2,}", str(value).casefold()))
         if isinstance(value, str) and _PROPER.fullmatch(value.strip()) and not words & vocabulary:
             out.append(value.strip())
-    offered = [v for p in slots(schema).values() if isinstance(p, Mapping) for v in p.get("enum") or ()]
+    items = things([schema])
     for slot, prop in slots(schema).items():
         value = args.get(slot)
-        thing = isinstance(prop, Mapping) and value in (prop.get("enum") or ()) and offered.count(value) == 1
-        if thing and isinstance(value, str) and not named_choices(known, {value.lower(): value}):
+        if not (isinstance(value, str) and isinstance(prop, Mapping) and value in (prop.get("enum") or ())):
+            continue
+        if value.lower() in items and not named_choices(known, {value.lower(): value}):
             out.append(value)
     return out
 

@@ -46,6 +46,7 @@ from .repeats import (
     named_choices,
     named_tools,
     relevant_tools,
+    things,
 )
 
 __all__ = ["asked_of_steps", "missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
@@ -147,9 +148,7 @@ def unworked_steps(
 def _counted(question: str, schemas: Sequence[Mapping[str, Any]]) -> bool:
     """Does the request count one of a tool's fixed choices ("3 melons", "a dozen apples", "5
     pears and 2 melons")? What so many of a thing come to is arithmetic on what it is looked up as."""
-    # Things, not units: a unit is a choice two slots of one tool offer ("10 kg" to convert).
-    things = [c for c, tools in choice_owners(schemas).items() if len(set(tools)) == len(tools)]
-    return any(chain.count_of(question, thing) is not None for thing in things)
+    return any(chain.count_of(question, thing) is not None for thing in things(schemas))
 
 
 def unchosen_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -40,6 +40,7 @@ __all__ = [
     "relevant_tools",
     "repeats_only",
     "slots",
+    "things",
     "told_text",
 ]
 
@@ -287,6 +288,12 @@ _UNITS_WRITTEN = {
     "gallons": ("gal", "gallon"),
 }
 _UNIT_OF = {written: unit for unit, ways in _UNITS_WRITTEN.items() for written in ways}
+
+
+def things(schemas: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The fixed choices that name things (an item to look up), not units: a unit is a choice
+    two slots of one tool offer ("kg" to convert from or to)."""
+    return {c for c, tools in choice_owners(schemas).items() if len(set(tools)) == len(tools)}
 
 
 def named_choices(text: str, owners: Mapping[str, Any]) -> list[str]:
