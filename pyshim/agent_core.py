@@ -61,6 +61,9 @@ MAX_NUDGES = 2
 # Turns one planned step may take: its first, and one after each round of calls, so a step can
 # chain calls (a lookup, then a lookup of what it found) without running on.
 MAX_STEP_TURNS = 3
+# Rounds of the check's rules once the steps run out: one before the check proper where nothing
+# was found, one after it for a link its steps made possible.
+RULE_ROUNDS = 2
 # The ends of a run whose content is the model's last text (an answer, or what stood in for one).
 _TEXT_ENDS = ("answer", "call_as_text", "no_answer", "unsupported")
 # Words with which a step speaks of what an earlier step found.
@@ -147,7 +150,7 @@ class _Run:
     in_text: bool = False  # the current step's next turn has tools off
     barred: set[str] = field(default_factory=set)  # tools out of the current step's grammar (its retry)
     replanned: bool = False  # the plan was checked against what was found
-    refusal_checked: bool = False  # the request was read for a lookup after only refused calls
+    rule_rounds: int = 0  # rounds of the check's rules after the steps ran out (``_check_rules``)
     plan_steps: list[str] = field(default_factory=list)  # the plan as the model wrote it
     notes: list[planner.Note] = field(default_factory=list)  # steps done in text, and their text
     system: str | None = None  # the caller's system message, for the planning and answer turns
@@ -244,16 +247,22 @@ class _Run:
         if calls:
             return "next"  # it only repeats calls that ran: the step is done
         if self.steps[0] is None and not self.results:
-            # Nothing looked up: the text is the answer, unless it states figures from memory
-            # (then, once, the question again with a call required), or repeats the question or
+            # Nothing looked up: the text is the answer, unless it states figures from memory or
+            # is a call (then, once, the question again with a call required), or repeats the question or
             # says nothing (then, once, the question again, tools off).
             if _kind(result, self.question, self.tools) in ("echo", "empty") and not self.nudges:
                 self.nudges, self.in_text, self.step_turns = 1, True, 0
                 self.messages.append({"role": "user", "content": nudge_text(self.question, [])})
                 return "retry"
-            if self.looked_up or not self.from_memory(result.get("content")):
+            # A call written as text ("Four coffees and a melon: what's the bill?" came as the
+            # calculator's JSON, on figures from nowhere) is a lookup wanted: asked again like one
+            # from memory.
+            as_text = _kind(result, self.question, self.tools) == "call_as_text"
+            if self.looked_up or not (as_text or self.from_memory(result.get("content"))):
                 return "answer"
             self.step_turns = 0  # the step again, from its start
+            if as_text:  # not the tool it wrote on figures from nowhere
+                self.bar(_written_tools(result, self.tools), as_asked=True)
             self.look_up()
             return "retry"
         if self.steps[0] is None:
@@ -894,8 +903,10 @@ class AgentCore:
                 state.begin_steps(steps)
             else:
                 steps = planner.new_steps(steps, [state.question, *state.plan_steps], state.results)
-                if not steps:  # what the check missed: a failed link a result can feed, a name no call took
-                    steps = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
+                # What the check missed (a failed link a result can feed, a name no call took, a
+                # figure the request gives that nothing used) follows what it said.
+                rules = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
+                steps = missed.joined(steps, rules, self.spec.max_steps)
                 self._events.append({"type": "plan", "steps": steps, "revised": True})
                 state.replan(steps)
             return []
@@ -910,24 +921,31 @@ class AgentCore:
             return state.conclude(result)
         if step == "next":
             state.next_step(self.spec.max_steps)
-            self._check_refused()
+            self._check_rules()
         return state.pending
 
-    def _check_refused(self) -> None:
-        """The steps ran out with nothing found and calls refused (a name from nowhere: "Japan's
-        capital city: what's the temperature there?" called get_weather(Tokyo), the model's own
-        answer to the lookup it skipped): the check's reading of the request (``missed``) gives
-        that lookup ("Call capital_of for Japan."), taken as a plan step; with none, the answer.
-        The check proper still follows once they ran: the lookup found the name the request
-        wanted a lookup of ("Tokyo": the temperature there)."""
+    def _check_rules(self) -> None:
+        """The steps ran out: the check's rules (``missed``) read the request against what ran
+        once more, for a link the last steps made possible or a lookup that found nothing.
+        With nothing found and calls refused or failed (a name from nowhere: "Japan's capital
+        city: what's the temperature there?" called get_weather(Tokyo), the model's own answer to
+        the lookup it skipped; "Egypt's capital has how many residents?" called
+        get_population(Egypt)), they give that lookup ("Call capital_of for Japan."), and the
+        check proper still follows once it ran. After the check, a step it added may have found
+        what a failed call needed (get_weather(Japan) failed, then the check's capital_of(Japan)
+        returned Tokyo: get_weather for Tokyo). A step already planned is not planned again,
+        and the rounds are few (``RULE_ROUNDS``); with no new step, the answer."""
         state = self.state
-        if state.phase != "answer" or state.results or not state.failures or state.refusal_checked:
+        unfound = not state.succeeded() and bool(state.failures)
+        if state.phase != "answer" or state.rule_rounds >= RULE_ROUNDS or not (unfound or state.replanned):
             return
-        state.refusal_checked = True
-        if steps := missed.missed_steps(state.wanted(), [], state.schemas, self.spec.max_steps):
+        state.rule_rounds += 1
+        rules = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
+        if steps := [s for s in rules if s not in state.plan_steps]:
             self._events.append({"type": "plan", "steps": steps, "revised": True})
+            checked = state.replanned
             state.replan(steps)
-            state.replanned = False
+            state.replanned = checked
 
 
 def _no_tool_for(state: _Run) -> bool:

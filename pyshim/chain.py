@@ -62,13 +62,27 @@ from itertools import permutations
 from typing import Any
 
 from .planner import NAME, RETRY_STEP, WORD_FIGURES, argument_leaves, failed, leaves, same, spelled, taken
-from .repeats import AFFORDED, COMPARED, HALVED, LOWERED_BY, RAISED_BY, SCALED, SPLIT, named_choices, slots, things
+from .repeats import (
+    AFFORDED,
+    COMPARED,
+    HALVED,
+    LOWERED_BY,
+    RAISED_BY,
+    RATE,
+    SCALED,
+    SPLIT,
+    TIMES_AS,
+    named_choices,
+    slots,
+    things,
+)
 
 __all__ = [
     "asked_operation",
     "choices",
     "count_of",
     "counted",
+    "digits",
     "figures",
     "fresh_figures",
     "gives",
@@ -233,12 +247,16 @@ def fresh_figures(results: Sequence[tuple[Mapping[str, Any], str]], step: str) -
 _EXPRESSION = re.compile(r"\b(?:expression|formula|equation|arithmetic)s?\b", re.IGNORECASE)
 
 
+def digits(text: str) -> list[float]:
+    """The figures a text writes in digits, in order."""
+    return [float(f) for f in _FIGURE.findall(text)]
+
+
 def stated(text: str) -> list[float]:
     """The figures a text states, in digits or in words ("half of that number": 2). "One" in
     words is what one thing is ("the price of one coffee"), no figure to work on: offered as
     one, the model divided the price by it."""
-    out = [float(f) for f in _FIGURE.findall(text)]
-    return list(dict.fromkeys(out + [f for f in spelled(text) if f != 1]))
+    return list(dict.fromkeys(digits(text) + [f for f in spelled(text) if f != 1]))
 
 
 def _written(value: float) -> str:
@@ -261,10 +279,11 @@ _OPERATIONS = {
     ),
     "+": re.compile(rf"\b(?:sum|combined|together|altogether|plus|add|adds|added|adding)\b|{RAISED_BY}", re.I),
     "*": re.compile(rf"\b(?:(?<!how many )times|multipl\w*|product)\b|{SCALED}", re.IGNORECASE),
-    "/": re.compile(
-        rf"\b(?:divid\w*|ratio|half|halve|quotient)\b|\bin (?:hundreds|thousands|millions)\b|{HALVED}|{AFFORDED}"
-        rf"|{SPLIT}",
-        re.IGNORECASE,
+    "/": re.compile(rf"\b(?:divid\w*|ratio|quotient)\b|{AFFORDED}|{TIMES_AS}", re.IGNORECASE),
+    # A quotient of what was found by the request's figure: half of it, it in thousands, it over
+    # 3 days, it at 5 a day ("5 / 30" for "how many days would 30 last at 5 a day" is the wrong way).
+    "over": re.compile(
+        rf"\b(?:half|halve)\b|\bin (?:hundreds|thousands|millions)\b|{HALVED}|{SPLIT}|{RATE}", re.IGNORECASE
     ),
     "mean": re.compile(r"\b(?:average|mean)\b", re.IGNORECASE),
 }
@@ -276,11 +295,14 @@ _ANY_OPERATOR = r"\*\*|//|[-+*/%^]"
 
 def asked_operation(text: str) -> str | None:
     """The one operation the text asks for in words: "-" ("how much warmer", "difference"), "+",
-    "*", "/" ("half of"), or "mean" ("average"); None where it names none or several, or arithmetic
-    that takes a figure twice ("square it")."""
+    "*", "/" ("divided by"), "over" (a quotient of what was found: "half of"), or "mean"
+    ("average"); None where it names none or several, or arithmetic that takes a figure twice
+    ("square it")."""
     if _FREE_FORM.search(text):
         return None
-    ops = [op for op, rx in _OPERATIONS.items() if rx.search(text)]
+    ops = list(dict.fromkeys("/" if op == "over" else op for op, rx in _OPERATIONS.items() if rx.search(text)))
+    if ops == ["/"] and not _OPERATIONS["/"].search(text):
+        return "over"
     return "mean" if "mean" in ops else ops[0] if len(ops) == 1 else None
 
 
@@ -301,6 +323,8 @@ def _spelled(terms: list[float], operation: str, found: list[float]) -> list[str
     if operation == "mean":
         sums = [(len(seq), r"\+".join(_term(v, True) for v in seq)) for k in (2, 3) for seq in permutations(found, k)]
         return [rf" ?\({added}\) ?/ ?{_written(float(k))} ?" for k, added in sums]
+    if operation == "over":  # what was found first, where anything was
+        return [f"{_term(a)}/{_term(b)}" for a, b in permutations(terms, 2) if a in found or not found]
     lengths = (2,) if operation == "/" else (2, 3)
     return [re.escape(operation).join(_term(v) for v in seq) for k in lengths for seq in permutations(terms, k)]
 
@@ -311,7 +335,7 @@ def _arithmetic(figures: Sequence[float], operation: str | None = None, found: S
     terms = list(dict.fromkeys(figures))
     if operation and len(terms) <= _SPELLED_OUT and (alts := _spelled(terms, operation, list(dict.fromkeys(found)))):
         return r"^\(?(?:" + "|".join(alts) + r")\)?$"  # one pair of brackets round it, or none
-    ops = {None: _ANY_OPERATOR, "mean": r"[+/]"}.get(operation, re.escape(operation or ""))
+    ops = {None: _ANY_OPERATOR, "mean": r"[+/]", "over": "/"}.get(operation, re.escape(operation or ""))
     term = _any_term(terms)
     if not found or not set(terms) - set(found):
         return rf"^{term}(?:(?:{ops}){term})*$"

@@ -66,9 +66,10 @@ _BOUND_AFTER = re.compile(
     re.IGNORECASE,
 )
 # A condition a request sets on what is found (a comparison after "if" or "when", a state after
-# "if"), or a branch in words: "If I buy 5 pears" or "if it doubled" supposes and decides nothing.
+# "if"), or a branch in words: "If I buy 5 pears" or "if it doubled" supposes and decides nothing,
+# nor does what the asker does ("if I spread it over 3 days": no figure found is compared).
 _BRANCHES = re.compile(
-    rf"\b(?:if|when)\b[^,;.?!]*?\b(?:at most|no more than|at least|{_LESS}|{_MORE})\s+{_NUMBER}"
+    rf"\b(?:if|when)\b(?!\s+(?:I|we)\b)[^,;.?!]*?\b(?:at most|no more than|at least|{_LESS}|{_MORE})\s+{_NUMBER}"
     r"|\bif\b[^,;.?!]*?\b(?:is|are|isn't|aren't)\b"  # a state checked: "If Lyon is big"
     r"|\b(?:unless|otherwise|whether|if not|or else)\b",
     re.IGNORECASE,

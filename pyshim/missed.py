@@ -49,7 +49,15 @@ from .repeats import (
     things,
 )
 
-__all__ = ["asked_of_steps", "missed_steps", "unchosen_steps", "unlinked_steps", "unworked_steps"]
+__all__ = [
+    "asked_of_steps",
+    "joined",
+    "missed_steps",
+    "unchosen_steps",
+    "unlinked_steps",
+    "unused_figures",
+    "unworked_steps",
+]
 
 Finding = planner.Finding  # a tool call and its output
 
@@ -65,6 +73,32 @@ def missed_steps(
     steps += unchosen_steps(question, results, schemas)
     steps += unworked_steps(question, results, schemas, looking_up=bool(steps))
     return list(dict.fromkeys(steps))[:limit]
+
+
+def joined(steps: Sequence[str], rules: Sequence[str], limit: int) -> list[str]:
+    """The check's own steps, then each rule's step they leave out: the model's "By how much?"
+    for "Is Paris or Lyon warmer, and by how much?" after only Paris's lookup does not look up
+    Lyon, so the rule's lookup for Lyon follows it. A rule's step is left out where a step of
+    the model's names its subject (the first name after "for") or, for arithmetic, asks for it;
+    a chain's second link (``FOLLOW_STEP``) goes with its first."""
+    out, kept = list(steps), False
+    for rule in rules:
+        if rule == planner.FOLLOW_STEP.format(tool=rule.split()[1]):
+            if kept:
+                out.append(rule)
+            continue
+        kept = not any(_covers(step, rule) for step in steps)
+        if kept:
+            out.append(rule)
+    return list(dict.fromkeys(out))[:limit]
+
+
+def _covers(step: str, rule: str) -> bool:
+    """Does the model's step do what the rule's step asks (its subject, or arithmetic)?"""
+    if " to work out: " in rule:
+        return asks_arithmetic(step)
+    subject = re.search(r"\bfor (.+?)(?:, as for |\.$)", rule)
+    return subject is not None and subject.group(1).lower() in step.lower()
 
 
 def unlinked_steps(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -131,7 +165,7 @@ def unworked_steps(
     the population of Tokyo than that of Paris?" after both lookups). Arithmetic that ran, even
     before a later lookup, counts as done ("Compute 19 * 21, then convert that many km")."""
     tools = [str((s.get("function") or {}).get("name")) for s in schemas if does_arithmetic(s)]
-    asked = asks_arithmetic(question) or _counted(question, schemas)
+    asked = asks_arithmetic(question) or _counted(question, schemas) or bool(unused_figures(question, results, schemas))
     if not tools or not asked or branches(question):
         return []
     if not chain.figures(results) and not looking_up:  # nothing found, and no step to find it
@@ -143,6 +177,30 @@ def unworked_steps(
         if arithmetic and not planner.figures_from_nowhere(call, known):
             return []
     return [planner.UNWORKED_STEP.format(tool=tools[0], question=question.strip())]
+
+
+# Words that are a figure to work with, not a count of the request's parts ("Two lookups: ...")
+# or a magnitude ("over 10 million"): what a found figure is to be multiplied or divided by.
+_FACTORS = ("half", "halve", "halved", "double", "doubled", "twice", "triple", "tripled", "thrice", "quadrupled",
+            "third", "quarter", "dozen")  # fmt: skip
+
+
+def unused_figures(question: str, results: Sequence[Finding], schemas: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The figures the request gives (in digits, or a factor in words: "Triple the temperature")
+    that no call took and that are no quantity a tool takes (a figure before one of a tool's
+    fixed choices: "10 kg" is convert_units' to take). A figure the asker gives is there to be
+    used: "how many days would the stock last if we sell 5 a day" with only the stock looked up
+    leaves 5 for arithmetic, whatever the words that ask for it."""
+    owners = choice_owners(schemas)
+    quantities = {
+        float(m.group(1))
+        for m in re.finditer(r"(-?\d+(?:\.\d+)?)\s+([A-Za-z]+)", question)
+        if named_choices(m.group(2), owners)
+    }
+    spelled = [float(planner.WORD_FIGURES[w]) for w in re.findall(r"[a-z]+", question.lower()) if w in _FACTORS]
+    used = chain.passed_on(results)
+    given = [f for f in dict.fromkeys(chain.digits(question) + spelled) if f not in quantities]
+    return [f for f in given if not any(planner.same(f, u) for u in used)]
 
 
 def _counted(question: str, schemas: Sequence[Mapping[str, Any]]) -> bool:

@@ -25,8 +25,10 @@ __all__ = [
     "LOWERED_BY",
     "NUDGE",
     "RAISED_BY",
+    "RATE",
     "SCALED",
     "SPLIT",
+    "TIMES_AS",
     "answered",
     "asks_arithmetic",
     "call_key",
@@ -227,17 +229,22 @@ RAISED_BY = r"\b(?:increas|rais|grow|grew|extend)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
 LOWERED_BY = r"\b(?:decreas|reduc|lower|cut|shrink|shrank)\w*\b[^.?!]{0,40}?\bby\s+-?\d"
 SCALED = r"\b(?:doubled|doubles|doubling|tripled|triples|tripling|quadrupled|quadruples)\b"
 HALVED = r"\b(?:halved|halves|halving)\b"
+# A ratio of two figures found: "how many times bigger is Tokyo than Kyoto".
+TIMES_AS = r"\bhow many times (?:\w+er|more|less|as)\b"
 SPLIT = (
-    r"\bhow many times (?:\w+er|more|less|as)\b"
-    r"|\b(?:split|share|shared|sharing)\b[^.?!]{0,40}?\b(?:between|among)\s+(?:\d|two|three|four|five|six)"
+    r"\b(?:split|share|shared|sharing)\b[^.?!]{0,40}?\b(?:between|among)\s+(?:\d|two|three|four|five|six)"
+    r"|\b(?:spread|spreading)\b[^.?!]{0,20}?\bover\s+(?:\d|two|three|four|five|six)"
 )
+# A rate asked for ("how many km per day") or a count of the rate's unit ("how many days would it
+# last if we sell 5 a day"): what was found over the rate's figure.
+RATE = r"\bhow (?:many|much) \w+(?: \w+)? per\b|\bhow many (?P<per>\w+?)s\b[^.?!]*\b(?:a|per|each) (?P=per)\b"
 AFFORDED = r"\bhow many\b[^.?!]*\b(?:can|could)\s+(?:i|we|you)\s+(?:buy|afford|get|purchase)\b"
 _ARITHMETIC_ASKED = re.compile(
     r"\b(?:comput\w*|calculat\w*|divid\w*|multipl\w*|add|adds|added|adding|subtract\w*|sum|times|plus|minus"
     r"|product|half|double|twice|percent\w*|combined|total|difference|average|ratio)\b"
     r"|\bin (?:hundreds|thousands|millions|billions)\b"
     r"|\bhow (?:much|many) (?:\w+ )?(?:bigger|larger|smaller|more|fewer|less|higher|lower|warmer|colder)\b"
-    rf"|{COMPARED}|{RAISED_BY}|{LOWERED_BY}|{SCALED}|{HALVED}|{AFFORDED}|{SPLIT}"
+    rf"|{COMPARED}|{RAISED_BY}|{LOWERED_BY}|{SCALED}|{HALVED}|{AFFORDED}|{SPLIT}|{RATE}|{TIMES_AS}"
     r"|\d\s*(?:[-+*/^%]|\*\*)\s*\d",
     re.IGNORECASE,
 )

@@ -254,7 +254,7 @@ def test_the_operation_a_step_asks_for_in_words_shapes_its_expression() -> None:
     assert asked_operation("Tell me how much warmer Lima is.") == "-"
     assert asked_operation("What is the average temperature of Paris and Lyon?") == "mean"
     assert asked_operation("Multiply it by the number of apples in stock.") == "*"
-    assert asked_operation("Compute half of that number.") == "/"
+    assert asked_operation("Compute half of that number.") == "over"
     assert asked_operation("What is the combined population of Lyon and Bergen?") == "+"
     for free in ("Square that number.", "Compute the total cost of 4 of them.", "Add 3, then divide by 2."):
         assert asked_operation(free) is None, free

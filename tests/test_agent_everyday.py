@@ -46,7 +46,9 @@ def test_everyday_ways_of_asking_for_arithmetic_name_their_operation() -> None:
         ("How many apples could I buy for the price of one coffee?", "/"),
         ("How much more expensive is coffee than bread?", "-"),
         ("How many times bigger is Tokyo than Kyoto?", "/"),
-        ("Split the price of a melon between 4 friends.", "/"),
+        ("Split the price of a melon between 4 friends.", "over"),
+        ("How many km per day is that if I spread it over 3 days?", "over"),
+        ("How many days would it last if we sell 5 a day?", "over"),
     ]:
         assert asks_arithmetic(text) and chain.asked_operation(text) == operation, text
     for text in ("What is the capital of Japan other than Tokyo?", "Increase the font size."):
