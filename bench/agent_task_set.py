@@ -171,10 +171,22 @@ def _task(row: dict[str, Any], half: Literal["dev", "report"]) -> Task:
 
 
 _DATA = json.loads(DATA.read_text())
-# Report tasks that were tuned on all the same: a development copy of this one, word for word, was
-# added in 74c6fc1 and taken out on 2026-12-07 (tests/test_agent_tasks.py now keeps the halves
-# apart). The report gives the report half with and without them.
-SEEN = frozenset({"What is the population of the capital of Peru?"})
+# Report tasks that were seen all the same. The first was tuned on: a development copy of it, word
+# for word, was added in 74c6fc1 and taken out on 2026-12-07 (tests/test_agent_tasks.py now keeps
+# the halves apart). The others were printed by mistake (seven lines of the data file, this one
+# among them) in the twelfth session, on 2026-12-07, before that session's changes: not tuned on,
+# but no longer unseen. The report gives the report half with and without them.
+SEEN = frozenset(
+    {
+        "What is the population of the capital of Peru?",
+        "How many bananas are in stock? Multiply that number by the price of one banana.",
+        "Get the population of Oslo, then divide it by 1000 with the calculator.",
+        "What currency is used in the country Bergen is in?",
+        "Convert 5 gallons to liters, then multiply the liters by 3 with the calculator.",
+        "Write one word that rhymes with cat, then tell me the price of coffee.",
+        "Tell me a fun fact about the sea, and the temperature in Cairo.",
+    }
+)
 EARLIER = [_task(row, "dev") for row in _DATA["earlier"]]
 DEV_NEW = [_task(row, "dev") for row in _DATA["dev"]]
 REPORT = [_task(row, "report") for row in _DATA["report"]]

@@ -222,7 +222,7 @@ def score(runs: list[dict[str, Any]], half: str, unseen: bool = False) -> str:
 
 def summary(raw: dict[str, dict[str, Any]]) -> list[str]:
     lines = [
-        "| model | suite | development half | report half | report half less the task seen | gap (points) "
+        "| model | suite | development half | report half | report half less the tasks seen | gap (points) "
         "| dev at the report's family mix | non-answers reported as answers |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -9,9 +9,10 @@ number is not the model's to guess: once a result returned the figure the condit
 ``decide`` reads the comparison and returns the branch to do (the step the model is then given)
 and the one not to do (whose names no later step may bring back).
 
-What is read: "if"/"when" and one comparison in words ("under", "below", "fewer than", "more
-than", "over", "above", "at least", "at most" and the like) with a number in digits or words
-("one million"); the branch after it; and "otherwise", "if not" or "else" before the other branch.
+What is read: "if"/"when" (or "should", "in case", "provided", "as long as") and one comparison
+in words ("under", "below", "fewer than", "more than", "over", "above", "at least", "at most" and
+the like) with a number in digits or words ("one million"); the branch after it; and
+"otherwise", "if not" or "else" before the other branch.
 Anything else (no number, two comparisons, a condition on a word) is left to the model as before.
 
 The figure is the last one a result returned: the step before the condition looked it up ("How
@@ -49,15 +50,19 @@ _WORDS = {
 }  # fmt: skip
 _SCALE = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 _NUMBER = r"(?P<n>-?\d[\d,]*(?:\.\d+)?|" + "|".join(_WORDS) + r")(?:\s+(?P<scale>" + "|".join(_SCALE) + r"))?"
+# The words that open a condition: "if", and the other ways English says it ("Should it exceed 200,
+# ...", "In case it is under 10, ...").
+_IF = r"(?:if|when|should|in case|provided(?: that)?|as long as)"
 _CONDITION = re.compile(
-    rf"^\s*(?:if|when)\b(?P<cond>[^,;]*?\b(?:(?P<atmost>at most|no more than)|(?P<atleast>at least)"
+    rf"^\s*{_IF}\b(?P<cond>[^,;]*?\b(?:(?P<atmost>at most|no more than)|(?P<atleast>at least)"
     rf"|(?P<less>{_LESS})|(?P<more>{_MORE}))\s+{_NUMBER}\b[^,;]*?)\s*,\s*(?:then\s+)?(?P<then>.+)$",
     re.IGNORECASE,
 )
 # Where the other branch begins: "; otherwise ...", ", if not, ...", ". Else ...", or the other
 # condition spelled out (", but if it's 100 or more, ..."), read as the first one's complement.
 _OTHERWISE = re.compile(
-    r"\s*[;,.]?\s*\b(?:otherwise|if not|else|or else)\b[\s,]*|\s*[;,.]\s*(?:but\s+|and\s+)?(?:if|when)\b[^,;]*,\s*",
+    r"\s*[;,.]?\s*(?:(?:and|but)\s+)?\b(?:otherwise|if not|else|or else)\b[\s,]*"
+    r"|\s*[;,.]\s*(?:but\s+|and\s+)?(?:if|when)\b[^,;]*,\s*",
     re.IGNORECASE,
 )
 # A bound after the number ("100 or more"), written as the same bound before it ("at least 100").
@@ -69,7 +74,7 @@ _BOUND_AFTER = re.compile(
 # "if"), or a branch in words: "If I buy 5 pears" or "if it doubled" supposes and decides nothing,
 # nor does what the asker does ("if I spread it over 3 days": no figure found is compared).
 _BRANCHES = re.compile(
-    rf"\b(?:if|when)\b(?!\s+(?:I|we)\b)[^,;.?!]*?\b(?:at most|no more than|at least|{_LESS}|{_MORE})\s+{_NUMBER}"
+    rf"\b{_IF}\b(?!\s+(?:I|we)\b)[^,;.?!]*?\b(?:at most|no more than|at least|{_LESS}|{_MORE})\s+{_NUMBER}"
     r"|\bif\b[^,;.?!]*?\b(?:is|are|isn't|aren't)\b"  # a state checked: "If Lyon is big"
     r"|\b(?:unless|otherwise|whether|if not|or else)\b",
     re.IGNORECASE,

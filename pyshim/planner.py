@@ -270,7 +270,7 @@ _JOINED = re.compile(
     re.IGNORECASE,
 )
 # A condition keeps its consequence in the same step ("If it is late, then book a taxi").
-_CONDITION = re.compile(r"^\s*(?:if|when|unless|whether|once)\b", re.IGNORECASE)
+_CONDITION = re.compile(r"^\s*(?:if|when|unless|whether|once|should|in case|provided)\b", re.IGNORECASE)
 
 
 def _parts(line: str) -> list[str]:

@@ -14,7 +14,7 @@ import re
 import pytest
 
 import pyshim
-from bench.agent_task_set import REPORT, TASKS, Task
+from bench.agent_task_set import REPORT, SEEN, TASKS, Task
 from bench.agent_tasks import FALSE_ANSWER, check, failure_unsaid, run_task, states
 from pyshim import AgentResult
 
@@ -104,6 +104,12 @@ def test_no_task_is_in_both_halves() -> None:
     Peru?"). The halves share no prompt, in any case or spacing."""
     said = [[" ".join(t.prompt.lower().split()) for t in TASKS if t.half == half] for half in ("dev", "report")]
     assert not set(said[0]) & set(said[1])
+
+
+def test_the_tasks_named_as_seen_are_report_tasks() -> None:
+    """The report's "less the tasks seen" leaves out each of them: a name that matches none
+    (a typo) would leave out nothing and say it did."""
+    assert {t.prompt for t in REPORT} >= SEEN
 
 
 # Drawn once, with a fixed seed, from the report half: which tasks run does not depend on how
