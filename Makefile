@@ -263,9 +263,11 @@ bench-rpc: build models rpc-server
 	$(PY) -m bench.rpc --out docs/bench-rpc.md
 
 # Multi-step tool tasks through pyshim.Agent on the catalogue models, both modes, beside
-# openai-agents and pydantic-ai driving the same model through `pyshim serve` (docs/bench-agent-tasks.md).
+# openai-agents and pydantic-ai driving the same model through `pyshim serve` (docs/bench-agent-tasks.md;
+# the raw runs beside it, so that a batch run alone can be merged in with --load).
 bench-agent: build models $(VENV)/.bench-stamp
-	$(PY) -m bench.agent_tasks --modes loop plan openai-agents pydantic-ai --out docs/bench-agent-tasks.md
+	$(PY) -m bench.agent_tasks --modes loop plan openai-agents pydantic-ai \
+	  --json docs/bench-agent-tasks.json --out docs/bench-agent-tasks.md
 
 bench-reuse: build models
 	$(PY) -m bench.agent_session --out docs/bench-reuse.md

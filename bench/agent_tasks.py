@@ -15,6 +15,11 @@ This is a benchmark of outcomes, not of time: nothing here is timed.
 
     python -m bench.agent_tasks [--models qwen2.5-coder-0.5b-instruct ...] [--halves dev report]
         [--modes loop plan] [--suite multi single] [--out docs/bench-agent-tasks.md]
+
+The raw runs of the published report are kept beside it (``docs/bench-agent-tasks.json``): a
+batch or a mode run alone (``--batch fifth --json new.json``) joins them task by task with
+``--load docs/bench-agent-tasks.json new.json --json docs/bench-agent-tasks.json --out
+docs/bench-agent-tasks.md``, and each mode's line names every commit its tasks ran at.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ did not move; the changes here are meant to hold whatever the words:
   steps made possible: get_weather(Japan) failed before capital_of(Japan) found Tokyo).
 - What the asker does ("if I spread it over 3 days") is no condition; a condition said another
   way than "if" ("Should it exceed 200, ...") is decided like one.
+- A call written as text for the whole request is asked again once as a call (the tool it wrote
+  on figures from nowhere not offered), as an answer from memory is.
 
 The bookkeeping runs on a scripted stand-in replaying qwen2.5-coder-0.5b's turns; the quotient's
 order runs on the real model.
@@ -187,3 +189,30 @@ def test_a_lookup_the_check_left_out_follows_its_steps() -> None:
     ]
     assert [c["function"]["arguments"] for c in result.tool_calls] == ['{"city": "Paris"}', '{"city": "Lyon"}']
     assert result.stopped == "answer" and (result.content or "").startswith("Lyon is warmer, by 2 degrees.")
+
+
+def test_a_call_written_as_text_for_the_whole_request_is_asked_again_as_a_call() -> None:
+    """qwen2.5-coder-0.5b's first turn for "Four coffees and a melon: what's the bill?" (a
+    one-step plan) was the calculator's call written as text, on figures from nowhere. Before,
+    that text was the run's last turn (``call_as_text``); now the request is asked again once with
+    a call required, that tool not offered."""
+    ask = "Four coffees and a melon: what's the bill?"
+    written = '{"name": "calculator", "arguments": {"expression": "4 + 1.5 * 2.5"}}'
+    model = Scripted(
+        [
+            {"content": ask},
+            {"content": written},
+            {"calls": [("get_price", '{"item": "coffee"}')]},
+            {"calls": [("get_price", '{"item": "melon"}')]},
+            {"content": "Coffee is 7.5 EUR and a melon 2.8 EUR."},
+            {"content": "none"},
+            {"calls": [("calculator", '{"expression": "4 * 7.5 + 2.8"}')]},
+            {"content": "32.8"},
+            {"content": "The bill is 32.8 EUR."},
+        ]
+    )
+    result = Agent(model, TOOLS, plan=True).run(ask)  # type: ignore[arg-type]
+    barred = [s["function"]["name"] for s in model.schemas[2]]
+    assert model.options[2].get("tool_choice") == "required" and "calculator" not in barred
+    assert [c["function"]["name"] for c in result.tool_calls] == ["get_price", "get_price", "calculator"]
+    assert (result.stopped, result.content) == ("answer", "The bill is 32.8 EUR.")
