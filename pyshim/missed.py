@@ -1,4 +1,4 @@
-"""What plan mode's check adds when the model says nothing is left, and something plainly is.
+"""What plan mode's check adds to what the model says is left, where something plainly is.
 
 Once a plan's steps ran out, the model is asked what the request still needs (``planner``'s
 replan turn). A 0.5B model answers "none" after the lookups of a chain whose last link is not
@@ -19,9 +19,14 @@ here reads the request, the tools' schemas and what ran, and turns one such miss
   unless the request pairs the choice with another tool in so many words ("the stock of apples,
   the price of coffee" asks no price of apples);
 - ``unworked_steps``: arithmetic the request asks for ("combined", "times", "half", "in
-  thousands", or a count of things: "a dozen apples"), a tool that does arithmetic, figures found
-  or a step above to find them, and no arithmetic run on what the run knew ("(5 + 2) * 4" before
-  any price was found is a guess, not the sum asked).
+  thousands", a count of things: "a dozen apples", or a figure it gives that no call took: "if
+  we sell 5 loaves a day"), a tool that does arithmetic, figures found or a step above to find
+  them, and no arithmetic run on what the run knew ("(5 + 2) * 4" before any price was found is
+  a guess, not the sum asked).
+
+The rules' steps follow the model's own (``joined``: those its steps leave out), and the agent
+asks the rules again once the steps run out (``agent_core``'s ``_check_rules``): a 0.5B model's
+check often names one part and leaves another ("By how much?" and no lookup of Lyon).
 
 The invariant: a rule adds a step only from what the request says and what ran, never from a
 task's wording, and its step texts share no word with any task the agent is scored on
