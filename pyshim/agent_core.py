@@ -420,6 +420,11 @@ class _Run:
     def replan(self, steps: list[str]) -> None:
         """Act on the steps the check found still needed (each a planned step), or go answer."""
         self.replanned = True
+        self.take_steps(steps)
+
+    def take_steps(self, steps: list[str]) -> None:
+        """Act on ``steps`` (each a planned step), or go answer: the check's, or its rules' alone
+        (``AgentCore._check_rules``, which leave whether the check ran as it was)."""
         self.steps = list(steps)
         self.plan_steps += steps
         self._settle()
@@ -943,9 +948,7 @@ class AgentCore:
         rules = missed.missed_steps(state.wanted(), state.results, state.schemas, self.spec.max_steps)
         if steps := [s for s in rules if s not in state.plan_steps]:
             self._events.append({"type": "plan", "steps": steps, "revised": True})
-            checked = state.replanned
-            state.replan(steps)
-            state.replanned = checked
+            state.take_steps(steps)
 
 
 def _no_tool_for(state: _Run) -> bool:
